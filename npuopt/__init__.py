@@ -1,0 +1,2 @@
+"""npuopt: an offline post-training quantizer for Zhouyi/Compass NPU IR models."""
+__version__ = "0.1.0"

@@ -1,0 +1,122 @@
+"""The `npuopt` command. Errors are caught here, once, and printed as one line."""
+import os
+import sys
+import traceback
+
+import click
+
+from . import __version__
+from .errors import NpuoptError
+from .logger import set_verbose
+
+HELP = """Quantize a float Compass/Zhouyi NPU IR model after training.
+
+\b
+  npuopt --cfg opt.cfg     run the pipeline configured in opt.cfg
+  npuopt --field           list every cfg field, its default and meaning
+  npuopt --plugin          list op, dataset and metric plugins found
+
+What --cfg does today: load and check the IR (graph + weights), forward it once
+with all-zero inputs (every layer runs; shapes are checked against the IR), and,
+when `dataset` and `data` are set, run the float graph over that data with the
+configured metrics; a summary is printed and written to
+<output_dir>/<model_name>_report.json. Calibration and quantization are not
+implemented yet.
+
+Plugins are read from the built-in plugins, ./plugin/, and every folder on
+AIPUPLUGIN_PATH (':'-separated); for one name the highest version wins.
+"""
+
+
+@click.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--cfg", "cfg_path", type=click.Path(dir_okay=False), help="the cfg file (INI, [Common] section)")
+@click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
+              help="override a cfg field (repeatable); relative paths are taken from the working directory")
+@click.option("--field", "show_fields", is_flag=True, help="list every cfg field with its default and help")
+@click.option("--plugin", "show_plugins", is_flag=True, help="list registered ops, datasets and metrics")
+@click.option("--verbose", "-v", is_flag=True, help="debug logs, and a traceback on errors")
+@click.version_option(__version__, "--version", prog_name="npuopt")
+def main(cfg_path, overrides, show_fields, show_plugins, verbose):
+    set_verbose(verbose)
+    try:
+        if show_fields:
+            _print_fields()
+        if show_plugins:
+            _print_plugins()
+        if cfg_path:
+            _run(cfg_path, overrides)
+        elif not (show_fields or show_plugins):
+            click.echo(click.get_current_context().get_help())
+    except NpuoptError as e:
+        _fail(str(e), verbose)
+    except KeyboardInterrupt:
+        _fail("interrupted", verbose)
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+    except Exception as e:  # a bug of ours: still one line, with a pointer to --verbose
+        _fail(f"internal error: {type(e).__name__}: {e} (run with --verbose for the traceback)", verbose)
+
+
+def _fail(message: str, verbose: bool) -> None:
+    if verbose:
+        traceback.print_exc()
+    click.echo(f"npuopt: error: {message}", err=True)
+    sys.exit(1)
+
+
+def _run(cfg_path, overrides) -> None:
+    from .config import load_config
+    from .errors import ConfigError
+    from .optmaster import OptMaster
+    from .plugins import load_plugins
+
+    load_plugins()  # plugins may register fields the cfg uses
+    pairs = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set '{item}': expected FIELD=VALUE")
+        pairs[key.strip()] = value
+    cfg = load_config(cfg_path, pairs)
+    report = OptMaster(cfg).run()
+    click.echo(f"npuopt: done in {report['seconds']} s; report: {report['report_file']}")
+
+
+def _print_fields() -> None:
+    from .config import field_table
+    from .plugins import load_plugins
+
+    load_plugins()
+    fields = field_table()
+    width = max(len(f.name) for f in fields)
+    for f in fields:
+        default = f.default if f.default != "" else "(empty)"
+        click.echo(f"{f.name:<{width}}  default: {default}\n{'':<{width}}  {f.help}; accepts {f.accepts}")
+
+
+def _print_plugins() -> None:
+    from .plugins import failures, load_plugins, plugin_dirs
+    from .registry import OP_FORWARDS, OP_QUANTIZERS, PLUGINS, PluginType
+
+    load_plugins()
+    click.echo("plugin folders: " + ", ".join(plugin_dirs()))
+    sections = [("op forward", OP_FORWARDS), ("op quantize", OP_QUANTIZERS),
+                ("dataset", PLUGINS[PluginType.Dataset]), ("metric", PLUGINS[PluginType.Metric])]
+    for kind, registry in sections:
+        for reg in registry.all():
+            active = "" if registry.best(reg.key) is reg else "  (overridden)"
+            click.echo(f"{kind:<12} {reg.key:<24} {reg.version:<8} {_short(reg.source)}{active}")
+    for failure in failures:
+        click.echo(f"{'failed':<12} {_short(failure.path)}: {failure.error}")
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+    except ValueError:
+        return path
+
+
+if __name__ == "__main__":
+    main()

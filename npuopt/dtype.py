@@ -1,0 +1,124 @@
+"""The IR's dtypes: names, widths, integer ranges, and how they are stored."""
+from enum import Enum
+
+import numpy as np
+import torch
+
+from .errors import IRError
+
+
+class Dtype(Enum):
+    FP32 = "float32"
+    FP16 = "float16"
+    BFP16 = "bfloat16"
+    FP64 = "float64"
+    INT4 = "int4"
+    UINT4 = "uint4"
+    INT8 = "int8"
+    UINT8 = "uint8"
+    INT16 = "int16"
+    UINT16 = "uint16"
+    INT32 = "int32"
+    UINT32 = "uint32"
+    INT64 = "int64"
+    UINT64 = "uint64"
+    BOOL = "bool"
+
+    @classmethod
+    def from_name(cls, name: str) -> "Dtype":
+        try:
+            return cls(str(name))
+        except ValueError:
+            known = ", ".join(d.value for d in cls)
+            raise IRError(f"unknown dtype '{name}' (known: {known})") from None
+
+    @classmethod
+    def integer(cls, bits: int, signed: bool) -> "Dtype":
+        """The narrowest integer dtype holding `bits` bits (int2/int3 live in int4)."""
+        for d in cls:
+            if d.is_integer and d.is_signed == signed and d.bits >= bits:
+                return d
+        raise IRError(f"no {'signed' if signed else 'unsigned'} integer dtype of {bits} bits")
+
+    @property
+    def is_float(self) -> bool:
+        return self in (Dtype.FP32, Dtype.FP16, Dtype.BFP16, Dtype.FP64)
+
+    @property
+    def is_integer(self) -> bool:
+        return not self.is_float and self is not Dtype.BOOL
+
+    @property
+    def is_signed(self) -> bool:
+        return self.is_float or self.value.startswith("int")
+
+    @property
+    def bits(self) -> int:
+        return _BITS[self]
+
+    @property
+    def qmin(self) -> int:
+        return -(1 << (self.bits - 1)) if self.is_signed else 0
+
+    @property
+    def qmax(self) -> int:
+        return (1 << (self.bits - 1)) - 1 if self.is_signed else (1 << self.bits) - 1
+
+    @property
+    def storage_bytes(self) -> int:
+        """Bytes per element in the .bin. int4/uint4 take one byte each (not packed)."""
+        return max(1, self.bits // 8)
+
+    @property
+    def numpy_storage(self) -> np.dtype:
+        """NumPy dtype used to read/write raw bytes (bfloat16 is handled as uint16)."""
+        return np.dtype(_NP_STORAGE[self]).newbyteorder("<")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """Backend dtype for values of this type; unsigned types wider than 8 bits widen."""
+        return _TORCH[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_BITS = {
+    Dtype.FP32: 32, Dtype.FP16: 16, Dtype.BFP16: 16, Dtype.FP64: 64,
+    Dtype.INT4: 4, Dtype.UINT4: 4, Dtype.INT8: 8, Dtype.UINT8: 8,
+    Dtype.INT16: 16, Dtype.UINT16: 16, Dtype.INT32: 32, Dtype.UINT32: 32,
+    Dtype.INT64: 64, Dtype.UINT64: 64, Dtype.BOOL: 8,
+}
+_NP_STORAGE = {
+    Dtype.FP32: "f4", Dtype.FP16: "f2", Dtype.BFP16: "u2", Dtype.FP64: "f8",
+    Dtype.INT4: "i1", Dtype.UINT4: "u1", Dtype.INT8: "i1", Dtype.UINT8: "u1",
+    Dtype.INT16: "i2", Dtype.UINT16: "u2", Dtype.INT32: "i4", Dtype.UINT32: "u4",
+    Dtype.INT64: "i8", Dtype.UINT64: "u8", Dtype.BOOL: "u1",
+}
+_TORCH = {
+    Dtype.FP32: torch.float32, Dtype.FP16: torch.float16, Dtype.BFP16: torch.bfloat16,
+    Dtype.FP64: torch.float64, Dtype.INT4: torch.int8, Dtype.UINT4: torch.uint8,
+    Dtype.INT8: torch.int8, Dtype.UINT8: torch.uint8, Dtype.INT16: torch.int16,
+    Dtype.UINT16: torch.int32, Dtype.INT32: torch.int32, Dtype.UINT32: torch.int64,
+    Dtype.INT64: torch.int64, Dtype.UINT64: torch.int64, Dtype.BOOL: torch.bool,
+}
+
+
+def bytes_to_tensor(raw: np.ndarray, dtype: Dtype, shape) -> torch.Tensor:
+    """Turn raw little-endian bytes into a backend tensor of `dtype` and `shape`."""
+    arr = np.frombuffer(raw, dtype=dtype.numpy_storage).reshape(shape)
+    if dtype is Dtype.BFP16:
+        as_int = torch.from_numpy(arr.astype(np.int32) << 16)
+        return as_int.view(torch.float32).to(torch.bfloat16)
+    return torch.from_numpy(arr.astype(arr.dtype.newbyteorder("="), copy=True)).to(dtype.torch_dtype)
+
+
+def tensor_to_bytes(value: torch.Tensor, dtype: Dtype) -> bytes:
+    """Inverse of bytes_to_tensor: the bytes the .bin holds for `value` as `dtype`."""
+    if dtype is Dtype.BFP16:
+        bits = value.detach().to(torch.bfloat16).view(torch.int16).cpu().numpy()
+        return bits.astype("<i2").tobytes()
+    arr = value.detach().cpu()
+    if dtype.is_integer and arr.dtype.is_floating_point:
+        arr = torch.round(arr)
+    return arr.numpy().astype(dtype.numpy_storage).tobytes()

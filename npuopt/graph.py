@@ -1,0 +1,155 @@
+"""PyGraph: the model, its layers in topological order, and its forward."""
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence
+
+import networkx as nx
+import torch
+
+from .errors import GraphError
+from .node import PyNode
+from .tensor import PyTensor
+
+
+class PyGraph:
+    """Layers plus a `networkx.DiGraph` of who feeds whom.
+
+    `header` keeps the graph file's header keys (other than the ones this
+    class owns) so that they are written back unchanged.
+    """
+
+    def __init__(self, name: str = "model"):
+        self.name = name
+        self.nodes: List[PyNode] = []
+        self.input_tensors: List[PyTensor] = []
+        self.output_tensors: List[PyTensor] = []
+        self.header: Dict[str, object] = OrderedDict()
+        self.topology = nx.DiGraph()
+        self._tensors: Dict[str, PyTensor] = {}
+        self._last_use: Dict[str, int] = {}
+
+    # ---- structure -------------------------------------------------------
+    def set_layers(self, nodes: Sequence[PyNode], input_names: Sequence[str],
+                   output_names: Sequence[str], where: str = "graph") -> None:
+        """Link layers by tensor names, check the structure, sort topologically."""
+        producers: Dict[str, PyNode] = {}
+        tensors: Dict[str, PyTensor] = {}
+        for node in nodes:
+            for t in node.outputs:
+                if t.name in producers:
+                    raise GraphError(f"{where}: tensor '{t.name}' is written twice, by layers "
+                                     f"'{producers[t.name].name}' and '{node.name}'")
+                producers[t.name] = node
+                tensors[t.name] = t
+        topo = nx.DiGraph()
+        for node in nodes:
+            topo.add_node(node.name)
+        order = {node.name: i for i, node in enumerate(nodes)}
+        by_name = {}
+        for node in nodes:
+            if node.name in by_name:
+                raise GraphError(f"{where}: two layers are named '{node.name}'")
+            by_name[node.name] = node
+            for i, t in enumerate(node.inputs):
+                producer = producers.get(t.name)
+                if producer is None:
+                    raise GraphError(f"{where}: layer '{node.name}' reads tensor '{t.name}' that no layer writes")
+                node.inputs[i] = tensors[t.name]
+                topo.add_edge(producer.name, node.name)
+        try:
+            sorted_names = list(nx.lexicographical_topological_sort(topo, key=lambda n: order[n]))
+        except nx.NetworkXUnfeasible:
+            cycle = nx.find_cycle(topo)
+            path = " -> ".join([a for a, _ in cycle] + [cycle[0][0]])
+            raise GraphError(f"{where}: the graph has a cycle: {path}") from None
+        for name in list(input_names) + list(output_names):
+            if name not in tensors:
+                raise GraphError(f"{where}: graph input/output tensor '{name}' is not written by any layer")
+        self.nodes = [by_name[n] for n in sorted_names]
+        self.topology = topo
+        self._tensors = tensors
+        self.input_tensors = [tensors[n] for n in input_names]
+        self.output_tensors = [tensors[n] for n in output_names]
+        self._last_use = {}
+        for i, node in enumerate(self.nodes):
+            for t in node.inputs:
+                self._last_use[t.name] = i
+
+    def tensor(self, name: str) -> PyTensor:
+        return self._tensors[name]
+
+    @property
+    def tensors(self) -> List[PyTensor]:
+        return [t for node in self.nodes for t in node.outputs]
+
+    def node(self, name: str) -> Optional[PyNode]:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def successors(self, node: PyNode) -> List[PyNode]:
+        names = set(self.topology.successors(node.name))
+        return [n for n in self.nodes if n.name in names]
+
+    def predecessors(self, node: PyNode) -> List[PyNode]:
+        names = set(self.topology.predecessors(node.name))
+        return [n for n in self.nodes if n.name in names]
+
+    def relink(self) -> None:
+        """Rebuild topology after a pass changed layers or their tensors."""
+        self.set_layers(self.nodes, [t.name for t in self.input_tensors],
+                        [t.name for t in self.output_tensors], where=self.name)
+
+    # ---- execution -------------------------------------------------------
+    def to(self, device) -> "PyGraph":
+        for node in self.nodes:
+            for c in node.constants.values():
+                c.betensor = c.betensor.to(device)
+        return self
+
+    def forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool = False,
+                check_shapes: bool = True) -> List[torch.Tensor]:
+        """Run every layer; returns the output tensors' values.
+
+        Intermediate values are released once their last reader ran, unless
+        `keep_tensors` (for dumps and per-layer comparisons).
+        """
+        if len(inputs) != len(self.input_tensors):
+            raise GraphError(f"graph '{self.name}' takes {len(self.input_tensors)} input(s) "
+                             f"({', '.join(t.name for t in self.input_tensors)}), got {len(inputs)}")
+        for t, value in zip(self.input_tensors, inputs):
+            if tuple(value.shape[1:]) != tuple(t.ir_shape[1:]):
+                raise GraphError(f"input '{t.name}' has shape {list(value.shape)}, the IR says "
+                                 f"{list(t.ir_shape)} (the first axis is the batch)")
+            t.betensor = value
+        first = self.input_tensors[0] if self.input_tensors else None
+        self._batch_factor = (inputs[0].shape[0] / first.ir_shape[0]) if first and first.ir_shape and first.ir_shape[0] else 1
+        outputs = {t.name for t in self.output_tensors}
+        with torch.no_grad():
+            for i, node in enumerate(self.nodes):
+                node.forward()
+                if check_shapes:
+                    for t in node.outputs:
+                        _check_shape(node, t, self._batch_factor)
+                if not keep_tensors:
+                    for t in node.inputs:
+                        if self._last_use.get(t.name) == i and t.name not in outputs:
+                            t.betensor = torch.zeros(())
+        return [t.betensor for t in self.output_tensors]
+
+    def zero_forward(self, batch: int = 1, device="cpu") -> List[torch.Tensor]:
+        """Forward with all-zero inputs of the IR's shapes: runs every op once."""
+        inputs = [torch.zeros((batch,) + tuple(t.ir_shape[1:]), dtype=t.dtype.torch_dtype, device=device)
+                  for t in self.input_tensors]
+        return self.forward(inputs)
+
+
+class QuantizeGraph(PyGraph):
+    """The PyGraph that the optimizer calibrates, quantizes and serializes."""
+
+
+def _check_shape(node: PyNode, t: PyTensor, batch_factor: float) -> None:
+    """Shapes must equal the IR's, but for the batch axis, which scales with the input batch."""
+    got = tuple(t.betensor.shape)
+    want = tuple(t.ir_shape)
+    if len(got) == len(want) and (len(want) == 0 or (got[1:] == want[1:] and got[0] == want[0] * batch_factor)):
+        return
+    raise GraphError(f"layer '{node.name}' ({node.type}): computed shape {list(got)} for tensor "
+                     f"'{t.name}', the IR says {list(want)}")
