@@ -24,7 +24,7 @@ FLOAT_ACTIVATIONS = {
     "TANH": lambda node, x: torch.tanh(x),
     "SWISH": lambda node, x: F.silu(x),
     "SILU": lambda node, x: F.silu(x),
-    "HARDSIGMOID": lambda node, x: F.hardsigmoid(x),
+    "HARDSIGMOID": lambda node, x: torch.clamp(x * float(node.get_param("alpha", 1 / 6)) + float(node.get_param("beta", 0.5)), 0.0, 1.0),
     "HARDSWISH": lambda node, x: F.hardswish(x),
     "GELU": lambda node, x: F.gelu(x, approximate="tanh" if node.get_param("approximate", "none") == "tanh" else "none"),
 }
