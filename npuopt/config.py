@@ -170,6 +170,15 @@ def defaults() -> Config:
     return Config({name: parse_field(name, f.default, "<defaults>") for name, f in FIELDS.items()})
 
 
+_current: Config = None
+
+
+def current_config() -> Config:
+    """The cfg last loaded by load_config (defaults when none was): dataset plugins
+    are constructed with file names only, so they read their own fields here."""
+    return _current if _current is not None else defaults()
+
+
 def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
     if not os.path.isfile(path):
         raise ConfigError(f"cfg file '{path}' not found")
@@ -189,7 +198,9 @@ def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
         values[name] = parse_field(name, text, "--set", os.getcwd())
     if not values["graph"]:
         raise ConfigError(f"{path}: field 'graph' is required (the float IR's .txt)")
-    return Config(values, path)
+    global _current
+    _current = Config(values, path)
+    return _current
 
 
 def field_table() -> List[Field]:

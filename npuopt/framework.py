@@ -10,10 +10,10 @@ from .registry import (OpType, PluginType, op_register, quant_register, register
                        register_plugin)
 from .tensor import PyTensor
 from .graph import PyGraph, QuantizeGraph
-from .config import register_field
+from .config import current_config, register_field
 
 __all__ = [
     "torch", "Dataset", "Dtype", "NpuoptError", "PluginError", "DatasetError", "OptBaseMetric",
     "PyNode", "PyTensor", "PyGraph", "QuantizeGraph", "OpType", "PluginType", "op_register",
-    "quant_register", "register_optype", "register_plugin", "register_field",
+    "quant_register", "register_optype", "register_plugin", "register_field", "current_config",
 ]
