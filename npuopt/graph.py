@@ -146,10 +146,11 @@ class QuantizeGraph(PyGraph):
 
 
 def _check_shape(node: PyNode, t: PyTensor, batch_factor: float) -> None:
-    """Shapes must equal the IR's, but for the batch axis, which scales with the input batch."""
+    """Shapes must equal the IR's, but for the batch axis, which scales with the input batch
+    (or stays as the IR has it, for batch-free values such as a Constant's)."""
     got = tuple(t.betensor.shape)
     want = tuple(t.ir_shape)
-    if len(got) == len(want) and (len(want) == 0 or (got[1:] == want[1:] and got[0] == want[0] * batch_factor)):
+    if len(got) == len(want) and (len(want) == 0 or (got[1:] == want[1:] and got[0] in (want[0], want[0] * batch_factor))):
         return
     raise GraphError(f"layer '{node.name}' ({node.type}): computed shape {list(got)} for tensor "
                      f"'{t.name}', the IR says {list(want)}")

@@ -34,8 +34,11 @@ class GraphBuilder:
 
     def layer(self, optype: str, name: str, bottoms: Sequence[str], params: Dict[str, object] = None,
               constants: Dict[str, torch.Tensor] = None, tops: Sequence[str] = None,
-              n_tops: int = 1) -> List[str]:
-        """Add a layer; returns its top tensor names (default: the layer's name)."""
+              n_tops: int = 1, top_shapes: Sequence[Sequence[int]] = None) -> List[str]:
+        """Add a layer; returns its top tensor names (default: the layer's name).
+
+        `top_shapes` is only for layers whose forward reads its output's IR
+        shape (Resize); other layers' shapes are computed."""
         node = PyNode(name, optype)
         node.params = OrderedDict(params or {})
         for cname, value in (constants or {}).items():
@@ -49,6 +52,8 @@ class GraphBuilder:
         if tops is None:
             tops = [name] if n_tops == 1 else [f"{name}_{i}" for i in range(n_tops)]
         node.outputs = [PyTensor(t) for t in tops]
+        for t, shape in zip(node.outputs, top_shapes or []):
+            t.ir_shape = tuple(shape)
         with torch.no_grad():
             node.forward()
         for t in node.outputs:

@@ -1,7 +1,10 @@
-"""Shared shapes of op code: NHWC<->NCHW views, explicit padding, window sizes."""
+"""Shared shapes of op code: NHWC<->NCHW views, explicit padding, window sizes,
+per-axis broadcasting and param parsing."""
 import math
 
 import torch
+
+from ..errors import IRError
 
 
 def nhwc_to_nchw(x: torch.Tensor) -> torch.Tensor:
@@ -40,3 +43,33 @@ def pad_nchw(x: torch.Tensor, pads, value=0.0) -> torch.Tensor:
     if not any(pads):
         return x
     return torch.nn.functional.pad(x, (left, right, top, bottom), value=value)
+
+
+def along_axis(vec: torch.Tensor, axis: int, ndim: int) -> torch.Tensor:
+    """A 1-D per-channel vector viewed so it broadcasts along `axis` of an ndim-D tensor."""
+    return vec.reshape((-1,) + (1,) * (ndim - 1 - axis % ndim))
+
+
+def axis_list(node, key: str, ndim: int):
+    """A non-empty axes param (a list, or one int) as sorted non-negative axes."""
+    axes = node.get_param(key)
+    axes = [axes] if isinstance(axes, int) else list(axes)
+    if not axes:
+        raise IRError(f"layer '{node.name}' ({node.type}): {key} must name at least one axis")
+    return sorted(int(a) % ndim for a in axes)
+
+
+def optional_constant(node, key: str):
+    """A constant's value, or None when the layer has none (e.g. bias-free layers)."""
+    return node.constants[key].betensor if key in node.constants else None
+
+
+def param_choice(node, key: str, choices, default=None):
+    """An enumerated param, matched case-insensitively and returned as spelled in
+    `choices`; anything else is an IRError naming the layer and the accepted values."""
+    value = node.get_param(key) if default is None else node.get_param(key, default)
+    spelled = {c.upper(): c for c in choices}
+    if str(value).upper() not in spelled:
+        raise IRError(f"layer '{node.name}' ({node.type}): unsupported {key} '{value}' "
+                      f"(supported: {', '.join(choices)})")
+    return spelled[str(value).upper()]

@@ -1,0 +1,37 @@
+"""Pad: [before, after] per axis; CONSTANT, REFLECT (edge not repeated) or SYMMETRIC
+(edge repeated), on any axes of any layout; negative pads crop."""
+import torch
+import torch.nn.functional as F
+
+from ..errors import IRError
+from ..registry import OpType, op_register
+from ._layout import param_choice
+
+
+def _mirror_index(size, before, after, symmetric, device):
+    """Source index of every padded position: mirroring is periodic, so pads wider
+    than the axis keep reflecting (as NumPy's pad does)."""
+    pos = torch.arange(-before, size + after, device=device)
+    period = 2 * size if symmetric else max(2 * (size - 1), 1)
+    folded = pos.remainder(period)
+    return torch.where(folded < size, folded, period - int(symmetric) - folded)
+
+
+@op_register(OpType.Pad, "1.0")
+def pad_forward(self, *args):
+    x = self.inputs[0].betensor
+    pads = [[int(p) for p in pair] for pair in self.get_param("pads")]
+    if len(pads) != x.dim() or any(len(pair) != 2 for pair in pads):
+        raise IRError(f"layer '{self.name}': pads {pads} must be one [before, after] per axis ({x.dim()})")
+    mode = param_choice(self, "mode", ["CONSTANT", "REFLECT", "SYMMETRIC"], "CONSTANT")
+    if mode == "CONSTANT":
+        flat = [p for pair in reversed(pads) for p in pair]  # F.pad lists the last axis first
+        out = F.pad(x, flat, value=float(self.get_param("constant_value", 0.0)))
+    else:
+        out = x
+        for axis, (before, after) in enumerate(pads):
+            if before or after:
+                index = _mirror_index(x.shape[axis], before, after, mode == "SYMMETRIC", x.device)
+                out = out.index_select(axis, index)
+    self.outputs[0].betensor = out
+    return out

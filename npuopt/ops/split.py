@@ -1,0 +1,19 @@
+"""Split along `axis` into parts of the sizes in `splits`, one top per part (views, no copies)."""
+import torch
+
+from ..errors import IRError
+from ..registry import OpType, op_register
+
+
+@op_register(OpType.Split, "1.0")
+def split_forward(self, *args):
+    x = self.inputs[0].betensor
+    axis = int(self.get_param("axis"))
+    splits = [int(s) for s in self.get_param("splits")]
+    if len(splits) != len(self.outputs) or sum(splits) != x.shape[axis]:
+        raise IRError(f"layer '{self.name}': splits {splits} must have one size per top "
+                      f"({len(self.outputs)}) and sum to axis {axis}'s size {x.shape[axis]}")
+    parts = torch.split(x, splits, dim=axis)
+    for t, part in zip(self.outputs, parts):
+        t.betensor = part
+    return list(parts)
