@@ -29,7 +29,7 @@ AIPUPLUGIN_PATH (':'-separated); for one name the highest version wins.
 
 
 @click.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--cfg", "cfg_path", type=click.Path(dir_okay=False), help="the cfg file (INI, [Common] section)")
+@click.option("--cfg", "cfg_path", metavar="FILE", help="the cfg file (INI, [Common] section)")
 @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
               help="override a cfg field (repeatable); relative paths are taken from the working directory")
 @click.option("--field", "show_fields", is_flag=True, help="list every cfg field with its default and help")

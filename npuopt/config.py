@@ -166,8 +166,9 @@ def parse_field(name: str, text: str, source: str, base_dir: str = "."):
         raise ConfigError(f"{source}: field '{name}': '{text}' is not accepted; expects {field.accepts}") from None
 
 
-def defaults() -> Config:
-    return Config({name: parse_field(name, f.default, "<defaults>") for name, f in FIELDS.items()})
+def defaults(base_dir: str = ".") -> Config:
+    """Every field at its default; relative default paths are taken from `base_dir`, as if written there."""
+    return Config({name: parse_field(name, f.default, "<defaults>", base_dir) for name, f in FIELDS.items()})
 
 
 _current: Config = None
@@ -180,6 +181,8 @@ def current_config() -> Config:
 
 
 def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
+    if os.path.isdir(path):
+        raise ConfigError(f"cfg file '{path}' is a folder, not a file")
     if not os.path.isfile(path):
         raise ConfigError(f"cfg file '{path}' not found")
     parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
@@ -188,10 +191,14 @@ def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
         parser.read(path, encoding="utf-8")
     except configparser.Error as e:
         raise ConfigError(f"{path}: cannot parse: {str(e).splitlines()[0]}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x})") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read cfg file '{path}': {e.strerror or e}") from None
     if "Common" not in parser:
         raise ConfigError(f"{path}: no [Common] section")
     base_dir = os.path.dirname(os.path.abspath(path))
-    values = defaults().as_dict()
+    values = defaults(base_dir).as_dict()
     for name, text in parser["Common"].items():
         values[name] = parse_field(name, text, path, base_dir)
     for name, text in (overrides or {}).items():

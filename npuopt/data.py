@@ -79,7 +79,11 @@ def split_batch(batch, inputs: Sequence[PyTensor], name: str, device) -> Tuple[L
                            f"{len(inputs)} ({', '.join(t.name for t in inputs)})")
     values = []
     for t, s in zip(inputs, samples):
-        s = _to_tensor(s)
+        try:
+            s = _to_tensor(s)
+        except (TypeError, ValueError, RuntimeError):
+            raise DatasetError(f"dataset '{name}' yields a {type(s).__name__} for input '{t.name}', "
+                               f"not an array of numbers") from None
         if tuple(s.shape[1:]) != tuple(t.ir_shape[1:]):
             raise DatasetError(f"dataset '{name}' yields shape {list(s.shape[1:])} per sample for input "
                                f"'{t.name}'; the IR says {list(t.ir_shape[1:])} (without the batch axis)")

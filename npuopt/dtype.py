@@ -107,9 +107,8 @@ _TORCH = {
 def bytes_to_tensor(raw: np.ndarray, dtype: Dtype, shape) -> torch.Tensor:
     """Turn raw little-endian bytes into a backend tensor of `dtype` and `shape`."""
     arr = np.frombuffer(raw, dtype=dtype.numpy_storage).reshape(shape)
-    if dtype is Dtype.BFP16:
-        as_int = torch.from_numpy(arr.astype(np.int32) << 16)
-        return as_int.view(torch.float32).to(torch.bfloat16)
+    if dtype is Dtype.BFP16:  # reinterpret the bits: a conversion would canonicalize NaN payloads
+        return torch.from_numpy(arr.view("<i2").astype(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(arr.astype(arr.dtype.newbyteorder("="), copy=True)).to(dtype.torch_dtype)
 
 
@@ -119,6 +118,10 @@ def tensor_to_bytes(value: torch.Tensor, dtype: Dtype) -> bytes:
         bits = value.detach().to(torch.bfloat16).view(torch.int16).cpu().numpy()
         return bits.astype("<i2").tobytes()
     arr = value.detach().cpu()
-    if dtype.is_integer and arr.dtype.is_floating_point:
+    if arr.dtype == torch.bfloat16:  # NumPy has no bfloat16
+        arr = arr.float()
+    if dtype is Dtype.BOOL:
+        arr = arr != 0
+    elif dtype.is_integer and arr.dtype.is_floating_point:
         arr = torch.round(arr)
     return arr.numpy().astype(dtype.numpy_storage).tobytes()

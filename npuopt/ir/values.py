@@ -31,7 +31,10 @@ def parse_name_list(text: str):
     inner = text[1:-1].strip()
     if "[" in inner or "]" in inner:
         raise ValueSyntaxError(f"expected a flat list of names, got '{text}'")
-    return [p.strip() for p in inner.split(",")] if inner else []
+    names = [p.strip() for p in inner.split(",")] if inner else []
+    if "" in names:
+        raise ValueSyntaxError(f"empty name in '{text}'")
+    return names
 
 
 def _parse_scalar(tok: str):

@@ -1,0 +1,176 @@
+"""Shared fixtures: the example IRs in ../shared/data, small IRs written into
+tmp_path, and a runner for the `npuopt` command.
+
+CLI runs are real subprocesses (the acceptance is about what a user sees on
+stderr), started on a small thread pool so that a module can launch all of its
+runs at once and each test waits only for its own.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+IR_EXAMPLES = SHARED_DATA / "compass_ir_examples"
+SQUEEZENET_BIN_BYTES = 4_993_696
+TINY_CNN_CFG = REPO / "opt.cfg.example"
+
+_POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
+
+
+# ---- data ----------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def ir_examples() -> Path:
+    if not IR_EXAMPLES.is_dir():
+        pytest.skip(f"example IRs absent: {IR_EXAMPLES} (../shared/data beside the checkout) does not exist")
+    return IR_EXAMPLES
+
+
+@pytest.fixture(scope="session")
+def squeezenet(ir_examples, tmp_path_factory) -> Path:
+    """squeezenet_s.txt beside a .bin of random float32 weights (the real one is not shipped)."""
+    folder = tmp_path_factory.mktemp("squeezenet")
+    txt = folder / "squeezenet_s.txt"
+    shutil.copyfile(ir_examples / "squeezenet_s.txt", txt)
+    weights = np.random.default_rng(0).standard_normal(SQUEEZENET_BIN_BYTES // 4, dtype=np.float32) * 0.05
+    weights.astype("<f4").tofile(folder / "squeezenet_s.bin")
+    return txt
+
+
+def write_tiny_ir(folder: Path, name: str = "tiny") -> Path:
+    """A valid 4-layer float IR with constants: x -> conv (weights, biases) -> sig -> prob.
+
+    Written by npuopt's own writer from a GraphBuilder graph, so the error tests
+    start from a file that loads and break one thing at a time."""
+    from npuopt.ir import write_graph
+    from npuopt.ir.builder import GraphBuilder
+
+    gen = torch.Generator().manual_seed(0)
+    b = GraphBuilder(name)
+    b.input("x", [1, 6, 6, 2])
+    conv_params = dict(kernel_x=3, kernel_y=3, stride_x=1, stride_y=1, pad_left=1, pad_right=1, pad_top=1,
+                       pad_bottom=1, dilation_x=1, dilation_y=1, group=1, num_output=4, with_activation="NONE")
+    b.layer("Convolution", "conv", ["x"], conv_params,
+            {"weights": torch.randn(4, 3, 3, 2, generator=gen), "biases": torch.randn(4, generator=gen)})
+    b.layer("Activation", "sig", ["conv"], {"method": "SIGMOID"})
+    b.layer("Softmax", "prob", ["sig"], {"axis": -1})
+    folder.mkdir(parents=True, exist_ok=True)
+    txt = folder / f"{name}.txt"
+    write_graph(b.build(["prob"]), str(txt))
+    return txt
+
+
+@pytest.fixture
+def tiny_ir(tmp_path) -> Path:
+    return write_tiny_ir(tmp_path / "ir")
+
+
+def edit_ir(txt: Path, layer: Optional[str], key: str, value: Optional[str]) -> int:
+    """Set `key` to the raw text `value` in the block of `layer` (None: the header),
+    or delete the line when `value` is None. Returns the key's 1-based line number."""
+    number = line_of(txt, layer, key)
+    lines = txt.read_text(encoding="utf-8").split("\n")
+    if value is None:
+        del lines[number - 1]
+    else:
+        lines[number - 1] = f"{key}={value}"
+    txt.write_text("\n".join(lines), encoding="utf-8")
+    return number
+
+
+def line_of(txt: Path, layer: Optional[str], key: str) -> int:
+    """1-based line number of `key` in the block of `layer` (None: the header)."""
+    lines = txt.read_text(encoding="utf-8").split("\n")
+    start = 0 if layer is None else lines.index(f"layer_name={layer}")
+    while start > 0 and lines[start - 1].strip():
+        start -= 1
+    for number in range(start + 1, len(lines) + 1):
+        line = lines[number - 1]
+        if not line.strip():
+            break
+        if line.split("=", 1)[0] == key:
+            return number
+    raise AssertionError(f"no key '{key}' in the block of layer {layer!r} of {txt}")
+
+
+def write_cfg(path: Path, **fields) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"{k} = {v}\n" for k, v in fields.items())
+    path.write_text("[Common]\n" + body, encoding="utf-8")
+    return path
+
+
+# ---- the command line ------------------------------------------------------------
+def npuopt_env(plugin_path: Optional[Path] = None) -> dict:
+    """The caller's environment without its AIPUPLUGIN_PATH, so runs see only the plugins a test gives."""
+    env = dict(os.environ)
+    env.pop("AIPUPLUGIN_PATH", None)
+    if plugin_path is not None:
+        env["AIPUPLUGIN_PATH"] = str(plugin_path)
+    return env
+
+
+def start_npuopt(*args, cwd: Path, plugin_path: Optional[Path] = None, timeout: int = 180) -> Future:
+    """Start `python -m npuopt ARGS` in `cwd`; the future's result is the CompletedProcess."""
+    command = [sys.executable, "-m", "npuopt", *map(str, args)]
+    env = npuopt_env(plugin_path)
+    return _POOL.submit(subprocess.run, command, cwd=str(cwd), env=env, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def run_npuopt(*args, cwd: Path, plugin_path: Optional[Path] = None) -> subprocess.CompletedProcess:
+    return start_npuopt(*args, cwd=cwd, plugin_path=plugin_path).result()
+
+
+def error_lines(result: subprocess.CompletedProcess):
+    return [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str, only_line: bool = True) -> str:
+    """The run failed with exactly one `npuopt: error:` line naming every fragment and no
+    traceback; with `only_line`, that line is all of stderr. Returns the line."""
+    report = f"rc={result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode != 0, report
+    assert "Traceback" not in result.stderr + result.stdout, report
+    errors = error_lines(result)
+    assert len(errors) == 1, report
+    if only_line:
+        assert result.stderr.splitlines() == errors, report
+    else:
+        assert result.stderr.rstrip("\n").splitlines()[-1] == errors[0], report
+    for fragment in fragments:
+        assert fragment in errors[0], f"{fragment!r} not in the error line\n{report}"
+    return errors[0]
+
+
+def run_in_process(*args, verbose: bool = False):
+    """`npuopt ARGS` through click in this process: cheap, for checks that need no clean process."""
+    from click.testing import CliRunner
+
+    from npuopt import config
+    from npuopt.cli import main
+    from npuopt.logger import set_verbose
+
+    active_cfg = config._current
+    try:
+        return CliRunner().invoke(main, [*map(str, args)] + (["--verbose"] if verbose else []))
+    finally:
+        set_verbose(False)
+        config._current = active_cfg
+
+
+def assert_verbose_traceback(*args, fragment: str) -> None:
+    """With --verbose the same error comes with its traceback."""
+    result = run_in_process(*args, verbose=True)
+    assert result.exit_code != 0, result.output
+    assert "Traceback (most recent call last)" in result.stderr, result.stderr
+    assert re.search(r"^npuopt: error: .*" + re.escape(fragment), result.stderr, re.M), result.stderr
