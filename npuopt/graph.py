@@ -105,11 +105,12 @@ class PyGraph:
         return self
 
     def forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool = False,
-                check_shapes: bool = True) -> List[torch.Tensor]:
+                check_shapes: bool = True, after_node=None) -> List[torch.Tensor]:
         """Run every layer; returns the output tensors' values.
 
         Intermediate values are released once their last reader ran, unless
-        `keep_tensors` (for dumps and per-layer comparisons).
+        `keep_tensors` (for dumps and per-layer comparisons). `after_node(node)`
+        is called after each layer ran (calibration gathers statistics there).
         """
         if len(inputs) != len(self.input_tensors):
             raise GraphError(f"graph '{self.name}' takes {len(self.input_tensors)} input(s) "
@@ -125,6 +126,8 @@ class PyGraph:
         with torch.no_grad():
             for i, node in enumerate(self.nodes):
                 node.forward()
+                if after_node is not None:
+                    after_node(node)
                 if check_shapes:
                     for t in node.outputs:
                         _check_shape(node, t, self._batch_factor)

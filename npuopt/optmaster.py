@@ -1,9 +1,13 @@
-"""OptMaster: the pipeline that `npuopt --cfg` runs.
+"""OptMaster: the pipeline that `npuopt --cfg` runs (steps of design.md).
 
-Today it does steps 1, 2 and a float forward over the metric data (steps of
-design.md): load and check the IR, forward once with zero inputs, then run the
-float graph over `data` with the configured metrics, and report. Calibration
-and quantization (steps 3-9) are not built yet.
+1 load and check the IR; 2 zero-input forward; 3 stage-1 passes; 4 calibration
+over `calibration_data` (or the `statistic_file`); 5 strategies -> ranges;
+6 quantize layer by layer with per-layer settings (cfg + opt_config), layers
+kept in float behind Quantize/DeQuantize layers; 8 zero-input forward of the
+quantized graph; 9 write <out_ir_name>_o.txt/.bin and <out_ir_name>_opt_template.json;
+10 metrics of the float and the quantized graph, per-layer similarity, report.
+Without `calibration_data` (and no statistic_file to load) only the float
+steps run.
 """
 import json
 import os
@@ -16,9 +20,11 @@ from tqdm import tqdm
 from .config import Config
 from .data import batches, make_dataset, make_metrics, split_batch
 from .errors import ConfigError
-from .ir import read_graph
-from .logger import OPT_INFO
+from .ir import read_graph, write_graph
+from .logger import OPT_INFO, OPT_WARN
 from .plugins import load_plugins
+
+SIMILARITY_SAMPLES = 4
 
 
 def select_device(name: str) -> torch.device:
@@ -29,18 +35,36 @@ def select_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def run_stage1_passes(graph) -> None:
+    try:
+        from .passes import run_stage1
+    except ImportError:
+        OPT_INFO("no graph passes available: stage 1 skipped")
+        return
+    before = len(graph.nodes)
+    run_stage1(graph)
+    OPT_INFO(f"stage-1 passes: {before} -> {len(graph.nodes)} layers")
+
+
 class OptMaster:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.device = select_device(cfg.device)
         self.graph = None
+        self.qgraph = None
+        self.settings = None
         self.report = {"model": None, "device": str(self.device), "metrics": {"float": {}}, "outputs": {}}
 
     @property
     def model_name(self) -> str:
         return self.cfg.model_name or self.graph.name
 
+    @property
+    def out_ir_name(self) -> str:
+        return self.cfg.out_ir_name or self.model_name
+
     def run(self) -> dict:
+        import npuopt.ops  # noqa: F401  (forwards and quantize functions)
         load_plugins()
         started = time.perf_counter()
         self.graph = read_graph(self.cfg.graph, self.cfg.bin or None)
@@ -51,40 +75,117 @@ class OptMaster:
         self.graph.to(self.device)
         self.graph.zero_forward(device=self.device)
         OPT_INFO("zero-input forward: every layer ran and every shape matches the IR")
-        if self.cfg.dataset and self.cfg.data:
-            self.float_forward_over_data()
+        stats_file = self.cfg.statistic_file
+        if self.cfg.calibration_data or (stats_file and os.path.isfile(stats_file)):
+            run_stage1_passes(self.graph)
+            self.graph.zero_forward(device=self.device)
+            self.calibrate()
+            self.quantize()
         else:
-            OPT_INFO("no 'dataset'/'data' configured: skipping the float forward over data")
+            OPT_WARN("no 'calibration_data' (nor an existing statistic_file): nothing is quantized")
+        if self.cfg.dataset and self.cfg.data:
+            self.evaluate()
+        else:
+            OPT_INFO("no 'dataset'/'data' configured: skipping metrics")
         self.report["seconds"] = round(time.perf_counter() - started, 3)
         self.write_report()
         return self.report
 
-    def float_forward_over_data(self) -> None:
+    # ---- steps 4-5 ---------------------------------------------------------
+    def calibrate(self) -> None:
+        from .quant.quantizer import Calibrator, attach_statistics
+        from .quant.statistics import load_statistics, save_statistics
+        cfg = self.cfg
+        path = cfg.statistic_file
+        if path and os.path.isfile(path):
+            OPT_INFO(f"statistic_file '{path}' exists: calibration skipped, statistics loaded from it")
+            stats = load_statistics(path)
+        else:
+            if not cfg.dataset:
+                raise ConfigError("field 'dataset' is required to read calibration_data")
+            dataset = make_dataset(cfg.dataset, cfg.calibration_data)
+            total = -(-len(dataset) // cfg.calibration_batch_size)
+            calibrator = Calibrator(self.graph, cfg.histc_bins, cfg.running_statistic_momentum)
+            feed = (split_batch(b, self.graph.input_tensors, cfg.dataset, self.device)[0]
+                    for b in tqdm(batches(dataset, cfg.dataset, cfg.calibration_batch_size, cfg.dataloader_workers),
+                                  total=total, desc="calibration", unit="batch"))
+            stats = calibrator.run(feed)
+            OPT_INFO(f"calibration: {len(dataset)} samples, statistics of {len(stats)} tensors")
+            if path:
+                save_statistics(path, stats, {"model": self.model_name, "samples": len(dataset)})
+                OPT_INFO(f"statistics saved to '{path}'")
+        attach_statistics(self.graph, stats)
+        self.report["calibration"] = {"statistic_file": path or None}
+
+    # ---- steps 6-9 -----------------------------------------------------------
+    def quantize(self) -> None:
+        from .quant.quantizer import build_quantized_graph, float_layers, layer_settings, write_template
+        cfg = self.cfg
+        self.settings = layer_settings(cfg, self.graph, cfg.opt_config)
+        keep = float_layers(self.graph, self.settings)
+        self.qgraph, keep = build_quantized_graph(self.graph, self.settings, keep)
+        self.qgraph.to(self.device)
+        self.qgraph.zero_forward(device=self.device)
+        OPT_INFO(f"quantized {sum(n.quantized for n in self.qgraph.nodes)} layers; kept in float: "
+                 f"{sorted(keep) or 'none'}; zero-input forward of the quantized graph passed")
+        os.makedirs(cfg.output_dir, exist_ok=True)
+        txt = os.path.join(cfg.output_dir, f"{self.out_ir_name}_o.txt")
+        write_graph(self.qgraph, txt)
+        template = os.path.join(cfg.output_dir, f"{self.out_ir_name}_opt_template.json")
+        write_template(template, self.qgraph, self.settings)
+        OPT_INFO(f"quantized IR written to '{txt}'; per-layer settings template '{template}'")
+        self.report["quantized_ir"] = txt
+        self.report["opt_template"] = template
+        self.report["float_layers"] = sorted(keep)
+
+    # ---- step 10 ---------------------------------------------------------------
+    def evaluate(self) -> None:
+        from .quant.quantizer import dequantized, layer_similarity
         cfg = self.cfg
         dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
-        metrics = make_metrics(cfg.metric)
-        for _, m in metrics:
-            m.reset()
+        graphs = [("float", self.graph)] + ([("quant", self.qgraph)] if self.qgraph is not None else [])
+        metrics = {kind: make_metrics(cfg.metric) for kind, _ in graphs}
+        for ms in metrics.values():
+            for _, m in ms:
+                m.reset()
         stats = [_OutputSummary() for _ in self.graph.output_tensors]
         dumped = not cfg.dump
-        samples = 0
-        progress = tqdm(batches(dataset, cfg.dataset, cfg.metric_batch_size, cfg.dataloader_workers),
-                        total=-(-len(dataset) // cfg.metric_batch_size), desc="float forward", unit="batch")
-        for batch in progress:
+        samples, first = 0, None
+        total = -(-len(dataset) // cfg.metric_batch_size)
+        desc = "float + quantized forward" if self.qgraph is not None else "float forward"
+        for batch in tqdm(batches(dataset, cfg.dataset, cfg.metric_batch_size, cfg.dataloader_workers),
+                          total=total, desc=desc, unit="batch"):
             inputs, labels = split_batch(batch, self.graph.input_tensors, cfg.dataset, self.device)
-            outputs = self.graph.forward(inputs, keep_tensors=not dumped)
-            if not dumped:
-                self.dump_tensors()
-                dumped = True
-            for s, out in zip(stats, outputs):
-                s.add(out)
-            for spec, m in metrics:
-                m(outputs, labels)
+            if first is None:
+                first = [x[:SIMILARITY_SAMPLES] for x in inputs]
+            for kind, graph in graphs:
+                keep = kind == "float" and not dumped
+                outputs = graph.forward(inputs, keep_tensors=keep)
+                if keep:
+                    self.dump_tensors()
+                    dumped = True
+                if kind == "float":
+                    for s, out in zip(stats, outputs):
+                        s.add(out)
+                else:
+                    outputs = [dequantized(t, v) for t, v in zip(graph.output_tensors, outputs)]
+                for spec, m in metrics[kind]:
+                    m(outputs, labels)
             samples += inputs[0].shape[0]
-        for spec, m in metrics:
-            value = float(m.compute())
-            self.report["metrics"]["float"][spec] = value
-            OPT_INFO(f"float {spec}: {value:.6f}")
+        for kind, _ in graphs:
+            self.report["metrics"].setdefault(kind, {})
+            for spec, m in metrics[kind]:
+                value = float(m.compute())
+                self.report["metrics"][kind][spec] = value
+                OPT_INFO(f"{kind} {spec}: {value:.6f}")
+        if self.qgraph is not None:
+            self.report["metrics"]["drop"] = {spec: self.report["metrics"]["float"][spec] - v
+                                              for spec, v in self.report["metrics"]["quant"].items()}
+            rows = layer_similarity(self.graph, self.qgraph, first)
+            self.report["layer_similarity"] = rows
+            for r in rows[:5]:
+                OPT_INFO(f"similarity (worst first): layer '{r['layer']}' ({r['type']}): "
+                         f"cosine {r['cosine']:.6f}, mse {r['mse']:.6g}")
         for t, s in zip(self.graph.output_tensors, stats):
             self.report["outputs"][t.name] = s.as_dict()
             OPT_INFO(f"output '{t.name}': {s.describe()}")

@@ -1,7 +1,8 @@
 """Read a graph file (.txt) and its weights file (.bin) into a PyGraph."""
+import math
 import os
 from collections import OrderedDict
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -15,6 +16,8 @@ from .values import ValueSyntaxError, parse_name_list, parse_value
 HEADER_KEYS = ("model_name", "layer_number", "input_tensors", "output_tensors")
 TOP_QUANT_KEYS = ("layer_top_scale", "layer_top_zp", "layer_top_range")
 CONSTANT_SUFFIXES = ("_type", "_offset", "_size", "_shape")
+STRUCTURE_KEYS = ("layer_id", "layer_name", "layer_type", "layer_bottom", "layer_top",
+                  "layer_bottom_shape", "layer_bottom_type", "layer_top_shape", "layer_top_type")
 
 Block = "OrderedDict[str, Tuple[str, int]]"  # key -> (raw value, line number)
 
@@ -22,16 +25,14 @@ Block = "OrderedDict[str, Tuple[str, int]]"  # key -> (raw value, line number)
 def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=QuantizeGraph) -> PyGraph:
     """Load an IR. `bin_path` defaults to the .txt's name with .bin; it may be
     absent when the graph has no constants."""
-    if not os.path.isfile(txt_path):
-        raise IRError(f"graph file '{txt_path}' not found")
     if bin_path is None:
         bin_path = os.path.splitext(txt_path)[0] + ".bin"
-    with open(txt_path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    header, layer_blocks = _split_blocks(lines, txt_path)
+    header, layer_blocks = _split_blocks(_read_lines(txt_path), txt_path)
+    _check_layer_number(header, len(layer_blocks), txt_path)
     weights = _Weights(bin_path, txt_path)
     try:
-        graph = graph_cls(str(_header_value(header, "model_name", txt_path, default="model")))
+        model_name = header["model_name"][0] if "model_name" in header else "model"
+        graph = graph_cls(model_name)
         for key, (raw, line) in header.items():
             if key not in HEADER_KEYS:
                 graph.header[key] = _parse(raw, txt_path, line)
@@ -39,10 +40,29 @@ def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=Quantize
         inputs = _names(header, "input_tensors", txt_path)
         outputs = _names(header, "output_tensors", txt_path)
         graph.set_layers(nodes, inputs, outputs, where=txt_path)
-        _check_bottom_shapes(graph, layer_blocks, txt_path)
+        _check_bottoms(graph, layer_blocks, txt_path)
     finally:
         weights.close()
     return graph
+
+
+def _read_lines(path: str) -> List[str]:
+    """The graph file's lines; a file that is not UTF-8 text is an IRError naming the line."""
+    if os.path.isdir(path):
+        raise IRError(f"graph file '{path}' is a folder, not a file")
+    if not os.path.isfile(path):
+        raise IRError(f"graph file '{path}' not found")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise IRError(f"cannot read graph file '{path}': {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise IRError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); "
+                      f"is this the graph file (.txt) of the IR?") from None
 
 
 def _split_blocks(lines: List[str], path: str):
@@ -87,13 +107,21 @@ def _parse(raw: str, path: str, line: int):
         raise IRError(f"{path}:{line}: cannot parse value '{raw}': {e}") from None
 
 
-def _header_value(header, key, path, default=None):
-    if key not in header:
-        if default is not None:
-            return default
-        raise IRError(f"{path}: header lacks '{key}'")
-    raw, line = header[key]
-    return _parse(raw, path, line)
+def _value(block, key: str, path: str):
+    """The parsed value of `key` and `path:line` of its line, for messages."""
+    raw, line = block[key]
+    return _parse(raw, path, line), f"{path}:{line}"
+
+
+def _check_layer_number(header, count: int, path: str) -> None:
+    """A layer_number that disagrees with the blocks found means a truncated or spliced file."""
+    if "layer_number" not in header:
+        return
+    number, at = _value(header, "layer_number", path)
+    if not isinstance(number, int) or isinstance(number, bool):
+        raise IRError(f"{at}: layer_number '{header['layer_number'][0]}' is not an integer")
+    if number != count:
+        raise IRError(f"{at}: layer_number={number} but the file has {count} layer blocks")
 
 
 def _names(block, key, path, layer=None) -> List[str]:
@@ -110,11 +138,19 @@ def _names(block, key, path, layer=None) -> List[str]:
 def _build_node(block, weights: "_Weights", path: str) -> PyNode:
     if "layer_name" not in block:
         raise IRError(f"{path}:{next(iter(block.values()))[1]}: layer block lacks 'layer_name'")
-    name = block["layer_name"][0]
+    name, name_line = block["layer_name"]
+    if not name:
+        raise IRError(f"{path}:{name_line}: empty layer_name")
     where = f"{path}: layer '{name}'"
     if "layer_type" not in block:
         raise IRError(f"{where}: missing 'layer_type'")
-    layer_id = _parse(*block["layer_id"], path) if "layer_id" in block else None
+    if not block["layer_type"][0]:
+        raise IRError(f"{path}:{block['layer_type'][1]}: layer '{name}': empty layer_type")
+    layer_id = None
+    if "layer_id" in block:
+        layer_id, at = _value(block, "layer_id", path)
+        if not isinstance(layer_id, int) or isinstance(layer_id, bool):
+            raise IRError(f"{at}: layer '{name}': layer_id '{block['layer_id'][0]}' is not an integer")
     node = PyNode(name, block["layer_type"][0], layer_id)
 
     bottoms = _names(block, "layer_bottom", path, name)
@@ -126,15 +162,14 @@ def _build_node(block, weights: "_Weights", path: str) -> PyNode:
             _list_param(block, key, len(bottoms), path, name)
     node.inputs = [PyTensor(b) for b in bottoms]
     for tname, shape, tname_type in zip(tops, top_shapes, top_types):
-        dtype = _dtype(tname_type, where, "layer_top_type")
-        node.outputs.append(PyTensor(tname, dtype=dtype, ir_shape=_shape(shape, where, "layer_top_shape")))
+        dtype = _dtype(tname_type, _at(block, "layer_top_type", path, name), "layer_top_type")
+        ir_shape = _shape(shape, _at(block, "layer_top_shape", path, name), "layer_top_shape")
+        node.outputs.append(PyTensor(tname, dtype=dtype, ir_shape=ir_shape))
     _read_top_quantization(node, block, len(tops), path)
 
     constant_names = _constant_names(block, where)
     for key, (raw, line) in block.items():
-        if key in ("layer_id", "layer_name", "layer_type", "layer_bottom", "layer_top",
-                   "layer_bottom_shape", "layer_bottom_type", "layer_top_shape", "layer_top_type") \
-                or key in TOP_QUANT_KEYS:
+        if key in STRUCTURE_KEYS or key in TOP_QUANT_KEYS:
             continue
         cname = _constant_of(key, constant_names)
         if cname is not None:
@@ -143,6 +178,10 @@ def _build_node(block, weights: "_Weights", path: str) -> PyNode:
             continue
         node.params[key] = _parse(raw, path, line)
     return node
+
+
+def _at(block, key, path, layer) -> str:
+    return f"{path}:{block[key][1]}: layer '{layer}'"
 
 
 def _list_param(block, key, expected_len, path, layer):
@@ -167,15 +206,31 @@ def _dtype(name, where, key) -> Dtype:
 
 
 def _shape(value, where, key) -> Tuple[int, ...]:
-    if not isinstance(value, list) or not all(isinstance(d, int) and d >= 0 for d in value):
+    if not isinstance(value, list) or not all(_is_int(d) and d >= 0 for d in value):
         raise IRError(f"{where}: {key}: '{value}' is not a shape (a list of non-negative ints)")
     return tuple(value)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
     present = [k for k in TOP_QUANT_KEYS if k in block]
     node.attrs["ir_top_quant_keys"] = present
     values = {k: _list_param(block, k, n_tops, path, node.name) for k in present}
+    valid = {"layer_top_scale": (_is_number, "a number"), "layer_top_zp": (_is_int, "an integer"),
+             "layer_top_range": (lambda r: isinstance(r, list) and len(r) == 2 and all(map(_is_number, r)),
+                                 "a [min,max] pair of numbers")}
+    for key, entries in values.items():
+        check, expected = valid[key]
+        for entry in entries:
+            if not check(entry):
+                raise IRError(f"{_at(block, key, path, node.name)}: '{key}' entry '{entry}' is not {expected}")
     for i, t in enumerate(node.outputs):
         if "layer_top_scale" in values:
             t.scale = values["layer_top_scale"][i]
@@ -185,9 +240,13 @@ def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
             t.ir_range = values["layer_top_range"][i]
         if t.dtype.is_integer and "layer_top_scale" in values:
             t.qbits, t.qmin, t.qmax = t.dtype.bits, t.dtype.qmin, t.dtype.qmax
+    # a layer whose tops are quantized integers computes in integers (mixed-precision IRs)
+    node.quantized = any(t.is_quantized for t in node.outputs)
 
 
 def _constant_names(block, where) -> List[str]:
+    """Constants are the bases of NAME_offset keys; three of the four keys without
+    the fourth is a broken constant, not three parameters."""
     names = []
     for key in block:
         if key.endswith("_offset"):
@@ -198,6 +257,10 @@ def _constant_names(block, where) -> List[str]:
             elif base + "_size" in block:
                 missing = [base + s for s, p in zip(CONSTANT_SUFFIXES, present) if not p]
                 raise IRError(f"{where}: constant '{base}' lacks {', '.join(missing)}")
+        elif key.endswith("_size"):
+            base = key[: -len("_size")]
+            if base + "_offset" not in block and base + "_type" in block and base + "_shape" in block:
+                raise IRError(f"{where}: constant '{base}' lacks {base}_offset")
     return names
 
 
@@ -219,25 +282,29 @@ class _Weights:
         if os.path.isfile(bin_path):
             self.size = os.path.getsize(bin_path)
             if self.size:
-                self._map = np.memmap(bin_path, dtype=np.uint8, mode="r")
+                try:
+                    self._map = np.memmap(bin_path, dtype=np.uint8, mode="r")
+                except OSError as e:
+                    raise IRError(f"cannot read weights file '{bin_path}': {e.strerror or e}") from None
 
     def read(self, cname, block, path, layer) -> PyTensor:
-        where = f"{path}: layer '{layer}': constant '{cname}'"
-        dtype = _dtype(block[cname + "_type"][0], f"{path}: layer '{layer}'", cname + "_type")
-        offset = _parse(*block[cname + "_offset"], path)
-        size = _parse(*block[cname + "_size"], path)
-        shape = _shape(_parse(*block[cname + "_shape"], path), f"{path}: layer '{layer}'", cname + "_shape")
-        if not isinstance(offset, int) or offset < 0 or not isinstance(size, int) or size < 0:
-            raise IRError(f"{where}: offset and size must be non-negative ints (got {offset}, {size})")
-        count = int(np.prod(shape)) if shape else 1
+        offset, offset_at = _value(block, cname + "_offset", path)
+        size, size_at = _value(block, cname + "_size", path)
+        for key, value, at in ((cname + "_offset", offset, offset_at), (cname + "_size", size, size_at)):
+            if not _is_int(value) or value < 0:
+                raise IRError(f"{at}: layer '{layer}': {key} '{block[key][0]}' is not a non-negative integer")
+        dtype = _dtype(block[cname + "_type"][0], _at(block, cname + "_type", path, layer), cname + "_type")
+        shape_value, shape_at = _value(block, cname + "_shape", path)
+        shape = _shape(shape_value, f"{shape_at}: layer '{layer}'", cname + "_shape")
+        count = math.prod(shape)  # exact for any size, unlike np.prod's int64
         if count * dtype.storage_bytes != size:
-            raise IRError(f"{where}: size {size} bytes disagrees with shape {list(shape)} of {dtype.value} "
-                          f"({count * dtype.storage_bytes} bytes)")
+            raise IRError(f"{size_at}: layer '{layer}': constant '{cname}': size {size} bytes disagrees with "
+                          f"shape {list(shape)} of {dtype.value} ({count * dtype.storage_bytes} bytes)")
         if self.size is None:
-            raise IRError(f"weights file '{self.path}' not found (needed by layer '{layer}')")
+            raise IRError(f"weights file '{self.path}' not found (needed by layer '{layer}' of '{path}')")
         if offset + size > self.size:
-            raise IRError(f"{where}: offset {offset} + size {size} passes the end of '{self.path}' "
-                          f"({self.size} bytes)")
+            raise IRError(f"{offset_at}: layer '{layer}': constant '{cname}': offset {offset} + size {size} "
+                          f"passes the end of '{self.path}' ({self.size} bytes)")
         raw = self._map[offset: offset + size] if size else np.zeros(0, np.uint8)
         return PyTensor(cname, bytes_to_tensor(raw, dtype, shape), dtype, shape)
 
@@ -245,14 +312,21 @@ class _Weights:
         self._map = None
 
 
-def _check_bottom_shapes(graph: PyGraph, blocks, path: str) -> None:
+def _check_bottoms(graph: PyGraph, blocks, path: str) -> None:
+    """layer_bottom_shape/_type, where given, must be valid and agree with the producers'."""
     by_name = {b["layer_name"][0]: b for b in blocks}
     for node in graph.nodes:
         block = by_name[node.name]
-        if "layer_bottom_shape" not in block:
-            continue
-        shapes = _parse(*block["layer_bottom_shape"], path)
-        for t, shape in zip(node.inputs, shapes):
-            if tuple(shape) != tuple(t.ir_shape):
-                raise GraphError(f"{path}: layer '{node.name}': layer_bottom_shape {shape} for tensor "
-                                 f"'{t.name}' disagrees with its producer's layer_top_shape {list(t.ir_shape)}")
+        for key in ("layer_bottom_shape", "layer_bottom_type"):
+            if key not in block:
+                continue
+            entries = _list_param(block, key, len(node.inputs), path, node.name)
+            at = _at(block, key, path, node.name)
+            for t, entry in zip(node.inputs, entries):
+                if key == "layer_bottom_shape":
+                    declared, actual = list(_shape(entry, at, key)), list(t.ir_shape)
+                else:
+                    declared, actual = _dtype(entry, at, key).value, t.dtype.value
+                if declared != actual:
+                    raise GraphError(f"{at}: {key} {declared} for tensor '{t.name}' disagrees with its "
+                                     f"producer's layer_top_{key.rsplit('_', 1)[1]} {actual}")

@@ -1,5 +1,8 @@
-"""Reshape to the IR's `shape`; its first axis follows the batch actually run."""
-from ..registry import OpType, op_register
+"""Reshape to the IR's `shape`; its first axis follows the batch actually run.
+
+Quantized: the same integers, the input's quantization passed through."""
+from ..quant import layers as QL
+from ..registry import OpType, op_register, quant_register
 
 
 def batched_shape(node, shape):
@@ -18,3 +21,8 @@ def reshape_forward(self, *args):
     out = self.inputs[0].betensor.reshape(batched_shape(self, shape))
     self.outputs[0].betensor = out
     return out
+
+
+@quant_register(OpType.Reshape, "1.0")
+def reshape_quantize(self, *args):
+    QL.pass_through(self)

@@ -1,6 +1,9 @@
-"""Transpose by `perm`."""
+"""Transpose by `perm`.
+
+Quantized: the same integers, the input's quantization passed through."""
 from ..errors import IRError
-from ..registry import OpType, op_register
+from ..quant import layers as QL
+from ..registry import OpType, op_register, quant_register
 
 
 @op_register(OpType.Transpose, "1.0")
@@ -12,3 +15,8 @@ def transpose_forward(self, *args):
     out = x.permute(*perm)
     self.outputs[0].betensor = out
     return out
+
+
+@quant_register(OpType.Transpose, "1.0")
+def transpose_quantize(self, *args):
+    QL.pass_through(self)

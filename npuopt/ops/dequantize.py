@@ -1,0 +1,12 @@
+"""DeQuantize: integers back to float32 for a layer kept in float:
+f = (q + zp) / scale with the input's layer_top_scale/zp (float32 division)."""
+from ..quant import qmath
+from ..registry import OpType, op_register
+
+
+@op_register(OpType.DeQuantize, "1.0")
+def dequantize_forward(self, *args):
+    x_t, out = self.inputs[0], self.outputs[0]
+    x = x_t.betensor
+    out.betensor = x if x.is_floating_point() else qmath.dequantize(x, x_t.scale, x_t.zerop)
+    return out.betensor

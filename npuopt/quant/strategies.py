@@ -1,0 +1,182 @@
+"""Calibration strategies: statistics of a tensor -> the float range (lo, hi) to quantize.
+
+Every strategy returns a range inside the observed extrema; the quantizer then
+widens it to include 0. Per-channel statistics give per-channel extrema and
+running means; histogram-based strategies (percentile, kld, mse, aciq) are per
+tensor and, on per-channel statistics, clip each channel's extrema to the
+per-tensor answer.
+"""
+import functools
+import math
+import re
+from typing import Tuple
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from .statistics import Statistics
+
+KNOWN = "extrema, mean, <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std), kld, mse, aciq_laplace"
+_PERCENTILE = re.compile(r"(\d+(?:\.\d+)?)percentile")
+_STD = re.compile(r"(\d+(?:\.\d+)?)std")
+
+
+def check_strategy(name: str, where: str = "") -> str:
+    s = str(name).strip().lower()
+    if s in ("extrema", "mean", "kld", "mse", "aciq_laplace") or _PERCENTILE.fullmatch(s) or _STD.fullmatch(s):
+        if _PERCENTILE.fullmatch(s) and not 0 < float(_PERCENTILE.fullmatch(s).group(1)) <= 100:
+            raise ConfigError(f"{where}calibration strategy '{name}': the percentile must be in (0, 100]")
+        return s
+    raise ConfigError(f"{where}unknown calibration strategy '{name}' (known: {KNOWN})")
+
+
+def calibrate_range(stats: Statistics, strategy: str, bits: int = 8, symmetric: bool = False):
+    """(lo, hi) for `stats` under `strategy`: floats, or 1-D tensors for per-channel stats."""
+    s = check_strategy(strategy)
+    if stats.empty:
+        return 0.0, 0.0
+    if s == "extrema":
+        return stats.min, stats.max
+    if s == "mean":
+        return stats.running_min, stats.running_max
+    if m := _STD.fullmatch(s):
+        n = float(m.group(1))
+        lo, hi = stats.mean - n * stats.std, stats.mean + n * stats.std
+    elif m := _PERCENTILE.fullmatch(s):
+        lo, hi = percentile_range(stats, float(m.group(1)))
+    elif s == "kld":
+        lo, hi = kld_range(stats, bits)
+    elif s == "mse":
+        lo, hi = mse_range(stats, bits, symmetric)
+    else:
+        lo, hi = aciq_laplace_range(stats, bits)
+    return _clip_to_extrema(stats, lo, hi)
+
+
+def _clip_to_extrema(stats, lo, hi):
+    if isinstance(stats.min, torch.Tensor):
+        return stats.min.clamp(min=lo), stats.max.clamp(max=hi)
+    return max(stats.min, lo), min(stats.max, hi)
+
+
+def _cdf(stats):
+    h = stats.hist
+    total = float(h.sum())
+    return torch.cumsum(h, 0) / max(total, 1e-300)
+
+
+def percentile_range(stats: Statistics, p: float) -> Tuple[float, float]:
+    """hi: the value below which p% of the samples lie; lo: the value below which
+    (100 - p)% lie (interpolated inside the histogram bin)."""
+    cdf = _cdf(stats)
+    width = (stats.hist_hi - stats.hist_lo) / stats.bins
+
+    def value_at(frac):
+        i = int(torch.searchsorted(cdf, torch.tensor([frac], dtype=torch.float64)).item())
+        i = min(i, stats.bins - 1)
+        below = float(cdf[i - 1]) if i > 0 else 0.0
+        inside = float(cdf[i]) - below
+        t = (frac - below) / inside if inside > 0 else 1.0
+        return stats.hist_lo + (i + min(max(t, 0.0), 1.0)) * width
+
+    return value_at(1 - p / 100.0), value_at(p / 100.0)
+
+
+def _abs_hist(stats: Statistics):
+    """Histogram of |x|: `bins` bins over [0, absmax], from the signed one by bin centres."""
+    absmax = max(abs(stats.hist_lo), abs(stats.hist_hi))
+    centres = stats.bin_centres().abs()
+    idx = (centres / max(absmax, 1e-30) * stats.bins).floor().clamp(0, stats.bins - 1).long()
+    h = torch.zeros(stats.bins, dtype=torch.float64)
+    h.index_add_(0, idx, stats.hist)
+    return h, absmax
+
+
+def kld_range(stats: Statistics, bits: int = 8) -> Tuple[float, float]:
+    """TensorRT's entropy calibration on the |x| histogram: the threshold T whose
+    clipped-and-quantized distribution Q is closest (KL(P||Q)) to the reference P."""
+    h, absmax = _abs_hist(stats)
+    nonneg = stats.hist_lo >= 0
+    levels = (1 << bits) - 1 if nonneg else (1 << (bits - 1)) - 1
+    levels = max(levels, 2)
+    nbins = h.numel()
+    if nbins <= levels:
+        return _signed(stats, absmax)
+    best_t, best_kl = nbins, float("inf")
+    h_np = h.numpy()
+    tail = np.cumsum(h_np[::-1])[::-1]
+    step = max(1, (nbins - levels) // 512)
+    for i in range(levels, nbins + 1, step):
+        p = h_np[:i].copy()
+        if i < nbins:
+            p[i - 1] += tail[i]
+        # merge i bins into `levels` groups, then spread each group's mass over its nonzero bins
+        edges = (np.arange(levels + 1) * i / levels).astype(np.int64)
+        src = h_np[:i]
+        nz = (src != 0)
+        group = np.searchsorted(edges, np.arange(i), side="right") - 1
+        mass = np.bincount(group, weights=src, minlength=levels)
+        cnt = np.bincount(group, weights=nz.astype(np.float64), minlength=levels)
+        q = np.where(nz, mass[group] / np.maximum(cnt[group], 1), 0.0)
+        ps, qs = p.sum(), q.sum()
+        if ps <= 0 or qs <= 0:
+            continue
+        p, q = p / ps, q / qs
+        mask = p > 0
+        kl = float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12))))
+        if kl < best_kl:
+            best_kl, best_t = kl, i
+    threshold = (best_t + 0.5) * absmax / nbins
+    return _signed(stats, threshold)
+
+
+def _signed(stats, t):
+    return (0.0 if stats.hist_lo >= 0 else -t), t
+
+
+def mse_range(stats: Statistics, bits: int = 8, symmetric: bool = False, candidates: int = 200):
+    """The clip range [max(lo, -t), min(hi, t)], t in absmax * (k / candidates), minimising
+    the expected squared quantization error over the histogram (rounding plus clipping)."""
+    centres = stats.bin_centres()
+    h = stats.hist
+    lo0, hi0 = min(stats.hist_lo, 0.0), max(stats.hist_hi, 0.0)
+    absmax = max(-lo0, hi0)
+    t = absmax * torch.arange(1, candidates + 1, dtype=torch.float64)[:, None] / candidates   # [A, 1]
+    if symmetric and lo0 < 0:
+        lo, hi = -t, t
+    else:
+        lo, hi = torch.clamp(-t, min=lo0), torch.clamp(t, max=hi0)
+    step = (hi - lo).clamp(min=1e-30) / ((1 << bits) - 1)
+    x = torch.maximum(torch.minimum(centres[None, :], hi), lo)
+    xq = torch.floor((x - lo) / step + 0.5) * step + lo
+    err = ((xq - centres[None, :]) ** 2 * h[None, :]).sum(dim=1)
+    best = int(torch.argmin(err))
+    return float(lo[best, 0]), float(hi[best, 0])
+
+
+@functools.lru_cache(maxsize=None)
+def laplace_alpha(bits: int) -> float:
+    """Optimal clip of a Laplace(0, b=1) variable for `bits`-bit uniform quantization:
+    argmin over a of 2*exp(-a) + a^2 / (3 * 4^bits) (clipping + rounding noise)."""
+    best_a, best_e = 1.0, float("inf")
+    a = 0.5
+    while a < 40.0:
+        e = 2 * math.exp(-a) + a * a / (3 * 4 ** bits)
+        if e < best_e:
+            best_a, best_e = a, e
+        a += 0.001
+    return best_a
+
+
+def aciq_laplace_range(stats: Statistics, bits: int = 8):
+    """ACIQ: fit a Laplace(mu, b) (b = mean |x - mu|, from the histogram) and clip at mu +- alpha*b."""
+    mu = stats.mean
+    centres = stats.bin_centres()
+    total = float(stats.hist.sum())
+    b = float((stats.hist * (centres - mu).abs()).sum()) / max(total, 1e-300)
+    nonneg = stats.hist_lo >= 0
+    alpha = laplace_alpha(bits) * b
+    if nonneg:
+        return stats.min, mu + alpha
+    return mu - alpha, mu + alpha

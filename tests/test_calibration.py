@@ -1,0 +1,119 @@
+"""Statistics gathered batch by batch, every calibration strategy, the statistic file."""
+import math
+
+import pytest
+import torch
+
+from npuopt.errors import ConfigError
+from npuopt.quant.statistics import Statistics, load_statistics, save_statistics
+from npuopt.quant.strategies import calibrate_range, check_strategy, laplace_alpha
+
+torch.manual_seed(0)
+
+
+def test_extrema_running_means_and_moments():
+    s = Statistics(bins=64, momentum=0.5)
+    s.update(torch.tensor([0.0, 1.0, 2.0]))
+    s.update(torch.tensor([-2.0, 4.0]))
+    assert (s.min, s.max) == (-2.0, 4.0)
+    assert s.running_min == pytest.approx(0.5 * 0 + 0.5 * -2) and s.running_max == pytest.approx(3.0)
+    assert s.mean == pytest.approx(1.0) and s.count == 5
+    assert s.std == pytest.approx(math.sqrt((0 + 1 + 4 + 4 + 16) / 5 - 1))
+    assert float(s.hist.sum()) == 5
+
+
+def test_histogram_grows_and_keeps_counts():
+    s = Statistics(bins=128)
+    s.update(torch.rand(1000))
+    s.update(torch.rand(1000) * 10 - 20)
+    s.update(torch.rand(1000) + 30)
+    assert float(s.hist.sum()) == 3000
+    assert s.hist_lo <= s.min < -19 and s.hist_hi >= s.max > 30
+    # the mass below 0 is the second batch's
+    below = float(s.hist[s.bin_centres() < 0].sum())
+    assert below == pytest.approx(1000, abs=20)
+
+
+def test_per_channel_extrema():
+    s = Statistics(bins=32, axis=-1)
+    x = torch.randn(4, 5, 3)
+    s.update(x)
+    assert torch.allclose(s.min.float(), x.amin(dim=(0, 1)))
+    assert torch.allclose(s.max.float(), x.amax(dim=(0, 1)))
+    lo, hi = calibrate_range(s, "99percentile")
+    assert lo.shape == (3,) and bool((lo >= s.min).all()) and bool((hi <= s.max).all())
+
+
+def test_nonfinite_values_are_left_out():
+    s = Statistics(bins=16)
+    s.update(torch.tensor([1.0, float("nan"), -1.0, float("inf")]))
+    assert (s.min, s.max, s.nonfinite, s.count) == (-1.0, 1.0, 2, 2)
+
+
+@pytest.fixture
+def gaussian():
+    s = Statistics(bins=2048)
+    for i in range(5):
+        x = torch.randn(20000)
+        if i == 2:
+            x[0] = 40.0                 # one outlier
+        s.update(x)
+    return s
+
+
+@pytest.mark.parametrize("strategy", ["extrema", "mean", "99.99percentile", "99percentile", "3std", "kld",
+                                      "mse", "aciq_laplace"])
+def test_every_strategy_gives_a_sane_range(gaussian, strategy):
+    lo, hi = calibrate_range(gaussian, strategy)
+    assert gaussian.min <= lo < 0 < hi <= gaussian.max
+    if strategy == "extrema":
+        assert hi == 40.0
+    elif strategy in ("mean", "mse"):    # one outlier of 100001 still weighs (40-t)^2 in the MSE
+        assert hi < 40.0
+    else:                               # every clipping strategy ignores the outlier
+        assert 1.5 < hi < 12, (strategy, hi)
+
+
+def test_percentile_and_std_values(gaussian):
+    lo, hi = calibrate_range(gaussian, "99percentile")
+    assert hi == pytest.approx(2.326, abs=0.05) and lo == pytest.approx(-2.326, abs=0.05)
+    lo, hi = calibrate_range(gaussian, "3std")
+    assert hi == pytest.approx(3 * gaussian.std + gaussian.mean)
+
+
+def test_nonnegative_tensor_keeps_zero_floor():
+    s = Statistics(bins=512)
+    s.update(torch.relu(torch.randn(50000)))
+    for strategy in ("kld", "mse", "aciq_laplace", "99.9percentile"):
+        lo, hi = calibrate_range(s, strategy)
+        assert lo == pytest.approx(0.0, abs=1e-3) and 1.0 < hi <= s.max
+
+
+def test_laplace_alpha_table():
+    assert laplace_alpha(8) == pytest.approx(9.89, abs=0.02)
+    assert laplace_alpha(4) == pytest.approx(5.03, abs=0.02)
+
+
+def test_unknown_strategy_lists_known_ones():
+    with pytest.raises(ConfigError, match="known: extrema, mean"):
+        check_strategy("median")
+    with pytest.raises(ConfigError):
+        calibrate_range(Statistics(), "bogus")
+    assert check_strategy("99.9Percentile") == "99.9percentile"
+
+
+def test_statistic_file_round_trip(tmp_path):
+    a = Statistics(bins=64)
+    a.update(torch.randn(1000))
+    b = Statistics(bins=64, axis=0)
+    b.update(torch.randn(3, 10))
+    path = tmp_path / "stats.pt"
+    save_statistics(str(path), {"a": a, "b": b}, {"model": "m"})
+    back = load_statistics(str(path))
+    assert back["a"].min == a.min and torch.equal(back["a"].hist, a.hist)
+    assert torch.equal(back["b"].max, b.max)
+    for strategy in ("kld", "mean", "99percentile"):
+        assert calibrate_range(back["a"], strategy) == calibrate_range(a, strategy)
+    path.write_text("garbage")
+    with pytest.raises(ConfigError, match="statistic_file"):
+        load_statistics(str(path))
