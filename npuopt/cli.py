@@ -16,12 +16,15 @@ HELP = """Quantize a float Compass/Zhouyi NPU IR model after training.
   npuopt --field           list every cfg field, its default and meaning
   npuopt --plugin          list op, dataset and metric plugins found
 
-What --cfg does today: load and check the IR (graph + weights), forward it once
-with all-zero inputs (every layer runs; shapes are checked against the IR), and,
-when `dataset` and `data` are set, run the float graph over that data with the
-configured metrics; a summary is printed and written to
-<output_dir>/<model_name>_report.json. Calibration and quantization are not
-implemented yet.
+What --cfg does: load and check the IR (graph + weights); forward it once with
+all-zero inputs (every layer runs, shapes are checked against the IR); fold
+BatchNorm and fuse activations; calibrate over `calibration_data` (or load
+`statistic_file`); quantize every layer in integers (layers kept in float by
+`trigger_float_op`/`opt_config`, or with no quantize function, sit behind
+Quantize/DeQuantize layers); write <output_dir>/<out_ir_name>_o.txt/.bin and
+<out_ir_name>_opt_template.json; then run the float and the quantized graph
+over `data` with the configured metrics and write
+<output_dir>/<model_name>_report.json (metrics, drop, worst layers).
 
 Plugins are read from the built-in plugins, ./plugin/, and every folder on
 AIPUPLUGIN_PATH (':'-separated); for one name the highest version wins.

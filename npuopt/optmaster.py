@@ -22,6 +22,7 @@ from .data import batches, make_dataset, make_metrics, split_batch
 from .errors import ConfigError
 from .ir import read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
+from .passes import run_stage1
 from .plugins import load_plugins
 
 SIMILARITY_SAMPLES = 4
@@ -36,11 +37,6 @@ def select_device(name: str) -> torch.device:
 
 
 def run_stage1_passes(graph) -> None:
-    try:
-        from .passes import run_stage1
-    except ImportError:
-        OPT_INFO("no graph passes available: stage 1 skipped")
-        return
     before = len(graph.nodes)
     run_stage1(graph)
     OPT_INFO(f"stage-1 passes: {before} -> {len(graph.nodes)} layers")
