@@ -5,8 +5,9 @@ data_file: a labels file (.tsv or .csv: tab-separated when the header has a tab,
 else comma-separated) whose header names a `file` column (image path, relative
 to the labels file's folder) and optionally `label` (integer class index >= 0)
 and `split` (e.g. calib, val). `labels.tsv:val` selects the rows of split `val`
-of labels.tsv, overriding `image_split`, so calibration_data and data can name
-two splits of one file.
+of labels.tsv, overriding `image_split`, and `labels.tsv:calib:100` the first
+100 of them, overriding `image_limit`, so calibration_data and data can name
+two parts of one file.
 
 label_file (optional) replaces the `label` column: an .npy with one label per
 selected row (in order; e.g. the float model's outputs, for CosDistanceMetric),
@@ -107,13 +108,22 @@ def _settings() -> dict:
 
 # ---- labels files ----
 def _split_selector(data_file):
-    """'labels.tsv:val' -> ('labels.tsv', 'val') when labels.tsv is the file meant."""
+    """'labels.tsv:val' -> ('labels.tsv', 'val', None); 'labels.tsv:calib:100' ->
+    ('labels.tsv', 'calib', 100): calibration_data and data share the image_*
+    fields, so each file can pick its own split and row count."""
     path = str(data_file)
-    if not os.path.exists(path) and ":" in path:
-        base, split = path.rsplit(":", 1)
-        if split and "/" not in split and "\\" not in split and os.path.isfile(base):
-            return base, split
-    return path, None
+    if os.path.exists(path) or ":" not in path:
+        return path, None, None
+    base, _, selector = path.partition(":")
+    while not os.path.isfile(base) and ":" in selector:
+        head, _, selector = selector.partition(":")
+        base = f"{base}:{head}"
+    split, _, limit = selector.partition(":")
+    if not os.path.isfile(base) or "/" in selector or "\\" in selector or not split:
+        return path, None, None
+    if limit and not (limit.isdigit() and int(limit) > 0):
+        raise DatasetError(f"{WHO}: '{path}': the row count after the split must be a positive integer, got '{limit}'")
+    return base, split, int(limit) if limit else None
 
 
 def read_table(path, what="labels file"):
@@ -179,8 +189,9 @@ def _labels_from_table(label_file, rows, data_file):
 class ImageFolderDataset(Dataset):
     def __init__(self, data_file, label_file=None):
         s = _settings()
-        data_file, split = _split_selector(data_file)
+        data_file, split, limit = _split_selector(data_file)
         split = split if split is not None else s["image_split"]
+        limit = limit if limit is not None else s["image_limit"]
         if os.path.isdir(data_file):
             raise DatasetError(f"{WHO}: '{data_file}' is a folder; give a labels file (.tsv/.csv with a 'file' "
                                f"column) that lists the images")
@@ -193,8 +204,8 @@ class ImageFolderDataset(Dataset):
             if not rows:
                 raise DatasetError(f"{WHO}: no rows of split '{split}' in '{data_file}' (splits there: "
                                    f"{', '.join(present) or 'none'})")
-        if s["image_limit"]:
-            rows = rows[:s["image_limit"]]
+        if limit:
+            rows = rows[:limit]
         if not rows:
             raise DatasetError(f"{WHO}: '{data_file}' lists no images")
         folder = os.path.dirname(os.path.abspath(data_file))

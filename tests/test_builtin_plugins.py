@@ -192,6 +192,15 @@ def test_image_folder_fields(images, use_cfg):
     assert len(ds) == 1 and ds[0][1] == 3
 
 
+def test_image_folder_split_and_count_suffix(images, use_cfg):
+    use_cfg(image_limit="2")
+    ds = dataset("ImageFolderDataset")(str(images / "labels.tsv:val:1"))  # the count beats image_limit
+    assert len(ds) == 1 and ds[0][1] == 4
+    assert len(dataset("ImageFolderDataset")(str(images / "labels.tsv:calib:5"))) == 2
+    with pytest.raises(DatasetError, match="row count after the split must be a positive integer, got 'x'"):
+        dataset("ImageFolderDataset")(str(images / "labels.tsv:val:x"))
+
+
 def test_image_folder_resize_and_crop(tmp_path, use_cfg):
     pixels = np.zeros((6, 8, 3), np.uint8)
     pixels[:, :, 0] = np.arange(8) * 30  # red rises left to right
