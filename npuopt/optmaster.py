@@ -145,6 +145,7 @@ class OptMaster:
             for _, m in ms:
                 m.reset()
         stats = [_OutputSummary() for _ in self.graph.output_tensors]
+        agreement = [_Agreement() for _ in self.graph.output_tensors]
         dumped = not cfg.dump
         samples, first = 0, None
         total = -(-len(dataset) // cfg.metric_batch_size)
@@ -163,8 +164,11 @@ class OptMaster:
                 if kind == "float":
                     for s, out in zip(stats, outputs):
                         s.add(out)
+                    float_outputs = outputs
                 else:
                     outputs = [dequantized(t, v) for t, v in zip(graph.output_tensors, outputs)]
+                    for a, f, q in zip(agreement, float_outputs, outputs):
+                        a.add(f, q)
                 for spec, m in metrics[kind]:
                     m(outputs, labels)
             samples += inputs[0].shape[0]
@@ -177,6 +181,9 @@ class OptMaster:
         if self.qgraph is not None:
             self.report["metrics"]["drop"] = {spec: self.report["metrics"]["float"][spec] - v
                                               for spec, v in self.report["metrics"]["quant"].items()}
+            self.report["agreement"] = {t.name: a.fraction() for t, a in zip(self.graph.output_tensors, agreement)}
+            for name, value in self.report["agreement"].items():
+                OPT_INFO(f"output '{name}': top-1 of quantized equals top-1 of float on {value:.2%} of samples")
             rows = layer_similarity(self.graph, self.qgraph, first)
             self.report["layer_similarity"] = rows
             for r in rows[:5]:
@@ -227,3 +234,20 @@ class _OutputSummary:
     def describe(self) -> str:
         d = self.as_dict()
         return f"shape {d['shape']} per sample, min {d['min']:.6g}, max {d['max']:.6g}, mean {d['mean']:.6g}"
+
+
+class _Agreement:
+    """How often the quantized output's argmax (per sample) equals the float one's:
+    for a classifier, the share of predictions quantization left unchanged."""
+
+    def __init__(self):
+        self.same, self.count = 0, 0
+
+    def add(self, float_out: torch.Tensor, quant_out: torch.Tensor) -> None:
+        f = float_out.reshape(float_out.shape[0], -1).argmax(dim=1)
+        q = quant_out.reshape(quant_out.shape[0], -1).argmax(dim=1)
+        self.same += int((f == q).sum().item())
+        self.count += f.numel()
+
+    def fraction(self) -> float:
+        return self.same / self.count if self.count else 0.0

@@ -57,6 +57,7 @@ def test_end_to_end(tmp_path):
     assert saved["metrics"]["quant"]["TopKMetric"] >= saved["metrics"]["float"]["TopKMetric"] - 0.05
     assert saved["metrics"]["drop"]["TopKMetric"] == pytest.approx(
         saved["metrics"]["float"]["TopKMetric"] - saved["metrics"]["quant"]["TopKMetric"])
+    assert saved["agreement"] == {"prob": 1.0}  # tiny_cnn's 100 predictions all survive quantization
     sims = saved["layer_similarity"]
     assert sims and sims == sorted(sims, key=lambda r: r["cosine"]) and sims[0]["cosine"] > 0.98
     template = json.loads((out / "tiny_cnn_opt_template.json").read_text())
@@ -175,3 +176,12 @@ def test_layer_type_without_quantizer_stays_float(tmp_path, warnings):
     assert any("TestOnlyDouble" in w for w in warnings)
     out = qg.forward([torch.randn(2, 4, 4, 2)])[0]
     assert out.dtype == torch.uint8
+
+
+def test_agreement_counts_unchanged_argmax():
+    from npuopt.optmaster import _Agreement
+    a = _Agreement()
+    float_out = torch.tensor([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]])
+    a.add(float_out, torch.tensor([[0.2, 0.8], [0.1, 0.9], [0.4, 0.6]]))  # the second sample flips
+    a.add(float_out[:1], float_out[:1])
+    assert a.same == 3 and a.count == 4 and a.fraction() == 0.75
