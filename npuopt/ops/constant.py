@@ -1,5 +1,13 @@
-"""Constant: hands on its `weights` (batch 1; consumers broadcast it over the batch)."""
-from ..registry import OpType, op_register
+"""Constant: hands on its `weights` (batch 1; consumers broadcast it over the batch).
+
+Quantized: the top is quantized like an activation whose range is the extrema of the
+values, and `weights` stores the integers themselves (the forward hands them on);
+integer-valued constants (indices) are left as they are."""
+import torch
+
+from ..quant import layers as QL
+from ..quant import qmath
+from ..registry import OpType, op_register, quant_register
 
 
 @op_register(OpType.Constant, "1.0")
@@ -7,3 +15,18 @@ def constant_forward(self, *args):
     out = self.get_constant("weights").betensor
     self.outputs[0].betensor = out
     return out
+
+
+@quant_register(OpType.Constant, "1.0")
+def constant_quantize(self, *args):
+    c, out = self.get_constant("weights"), self.outputs[0]
+    if not c.betensor.is_floating_point():
+        out.qinvariant = True
+        return
+    v = c.betensor.detach().to(torch.float32)
+    finite = v[torch.isfinite(v)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
+    QL.quantize_activation(self, out, lo, hi)
+    qlo, qhi = QL.int_range(out)
+    c.betensor = qmath.quantize(v, out.scale, out.zerop, qlo, qhi, out.dtype.torch_dtype)
+    QL.copy_quantization(out, c)

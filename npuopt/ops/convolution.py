@@ -53,10 +53,7 @@ def conv_plan(node, x_t):
 def convolution_quantized(self):
     x_t = self.inputs[0]
     plan = conv_plan(self, x_t)
-    acc = conv2d_nhwc_int(self, x_t, plan)
-    bias = self.constants["biases"].betensor if "biases" in self.constants else None
-    M, shift = QL.get_rescale(self, device=acc.device)
-    return QL.finish(self, acc, M, shift, self.outputs[0], bound=plan.bound, bias=bias)
+    return QL.finish_linear(self, conv2d_nhwc_int(self, x_t, plan), plan.bound)
 
 
 @op_register(OpType.Convolution, "1.0")

@@ -1,11 +1,19 @@
 """Pad: [before, after] per axis; CONSTANT, REFLECT (edge not repeated) or SYMMETRIC
-(edge repeated), on any axes of any layout; negative pads crop."""
+(edge repeated), on any axes of any layout; negative pads crop.
+
+Quantized: the input's quantization is passed through and the same code moves the
+integers; CONSTANT pads with the integer the quantized IR stores as `constant_value`
+(the float constant quantized with the top's scale/zp, saturated: 0.0 pads -zp)."""
 import torch
 import torch.nn.functional as F
 
 from ..errors import IRError
-from ..registry import OpType, op_register
+from ..quant import layers as QL
+from ..quant import qmath
+from ..registry import OpType, op_register, quant_register
 from ._layout import param_choice
+
+PAD_MODES = ["CONSTANT", "REFLECT", "SYMMETRIC"]
 
 
 def _mirror_index(size, before, after, symmetric, device):
@@ -17,16 +25,26 @@ def _mirror_index(size, before, after, symmetric, device):
     return torch.where(folded < size, folded, period - int(symmetric) - folded)
 
 
+def _fill(node):
+    """CONSTANT's fill: the float constant, or in a quantized layer the stored integer."""
+    value = node.get_param("constant_value", 0)
+    if not node.quantized:
+        return float(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise IRError(f"layer '{node.name}': constant_value '{value}' of a quantized Pad must be an integer")
+    return value
+
+
 @op_register(OpType.Pad, "1.0")
 def pad_forward(self, *args):
     x = self.inputs[0].betensor
     pads = [[int(p) for p in pair] for pair in self.get_param("pads")]
     if len(pads) != x.dim() or any(len(pair) != 2 for pair in pads):
         raise IRError(f"layer '{self.name}': pads {pads} must be one [before, after] per axis ({x.dim()})")
-    mode = param_choice(self, "mode", ["CONSTANT", "REFLECT", "SYMMETRIC"], "CONSTANT")
+    mode = param_choice(self, "mode", PAD_MODES, "CONSTANT")
     if mode == "CONSTANT":
         flat = [p for pair in reversed(pads) for p in pair]  # F.pad lists the last axis first
-        out = F.pad(x, flat, value=float(self.get_param("constant_value", 0.0)))
+        out = F.pad(x, flat, value=_fill(self))
     else:
         out = x
         for axis, (before, after) in enumerate(pads):
@@ -35,3 +53,13 @@ def pad_forward(self, *args):
                 out = out.index_select(axis, index)
     self.outputs[0].betensor = out
     return out
+
+
+@quant_register(OpType.Pad, "1.0")
+def pad_quantize(self, *args):
+    QL.pass_through(self)
+    if param_choice(self, "mode", PAD_MODES, "CONSTANT") == "CONSTANT":
+        out = self.outputs[0]
+        lo, hi = QL.int_range(out)
+        value = torch.tensor([float(self.get_param("constant_value", 0.0))])
+        self.params["constant_value"] = int(qmath.quantize(value, out.scale, out.zerop, lo, hi)[0])

@@ -1,7 +1,10 @@
 """Slice: begin/end(exclusive)/strides per axis, negative indices from the end, negative
-strides reverse; the batch axis, when the IR takes it whole, follows the batch actually run."""
+strides reverse; the batch axis, when the IR takes it whole, follows the batch actually run.
+
+Quantized: the same code picks the integers; the input's quantization is passed through."""
 from ..errors import IRError
-from ..registry import OpType, op_register
+from ..quant import layers as QL
+from ..registry import OpType, op_register, quant_register
 
 
 def _axis_slice(begin, end, stride, size):
@@ -37,3 +40,8 @@ def slice_forward(self, *args):
         out = out.flip(flips)
     self.outputs[0].betensor = out
     return out
+
+
+@quant_register(OpType.Slice, "1.0")
+def slice_quantize(self, *args):
+    QL.pass_through(self)

@@ -1,8 +1,11 @@
-"""Split along `axis` into parts of the sizes in `splits`, one top per part (views, no copies)."""
+"""Split along `axis` into parts of the sizes in `splits`, one top per part (views, no copies).
+
+Quantized: the same code moves the integers; every top takes the input's quantization."""
 import torch
 
 from ..errors import IRError
-from ..registry import OpType, op_register
+from ..quant import layers as QL
+from ..registry import OpType, op_register, quant_register
 
 
 @op_register(OpType.Split, "1.0")
@@ -17,3 +20,8 @@ def split_forward(self, *args):
     for t, part in zip(self.outputs, parts):
         t.betensor = part
     return list(parts)
+
+
+@quant_register(OpType.Split, "1.0")
+def split_quantize(self, *args):
+    QL.pass_through(self)

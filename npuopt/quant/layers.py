@@ -348,7 +348,7 @@ LINEAR_ACTIVATIONS = ("NONE",) + CLAMP_ACTIVATIONS + ("LEAKYRELU",)
 
 
 def quantize_linear(node, axis: int = 0, key: str = "weights") -> None:
-    """Convolution / FullyConnected / ... : integer weights (per channel along `axis`
+    """Convolution / FullyConnected / BatchNorm: integer weights (per channel along `axis`
     or per tensor), int32 biases at scale s_x*s_w, the output's quantization, the
     rescale ratio s_y / (s_x * s_w) as multiplier/shift, and the fused activation."""
     method = fused_activation(node)
@@ -366,6 +366,15 @@ def quantize_linear(node, axis: int = 0, key: str = "weights") -> None:
         ratio = float(out.scale) / (float(x.scale) * w_scale)
     set_rescale(node, ratio, device=device)
     prepare_activation(node, out, ratio, method, device)
+
+
+def finish_linear(node, acc: torch.Tensor, bound: float) -> torch.Tensor:
+    """The integer forward's end for a layer quantized by quantize_linear: z = acc +
+    biases (when stored), the stored per-channel (last axis of acc) or per-tensor
+    rescale, the fused activation and saturation. `bound` >= max|acc|."""
+    bias = node.constants["biases"].betensor if "biases" in node.constants else None
+    M, shift = get_rescale(node, device=acc.device)
+    return finish(node, acc, M, shift, node.outputs[0], bound=bound, bias=bias)
 
 
 def pass_through(node) -> None:

@@ -366,32 +366,26 @@ def conv_bound(w: torch.Tensor, x_absmax: int) -> float:
     return float(w.abs().to(torch.float64).reshape(w.shape[0], -1).sum(dim=1).max()) * x_absmax if w.numel() else 0.0
 
 
-def exact_matmul(a: torch.Tensor, b: torch.Tensor, a_absmax: int = None) -> torch.Tensor:
+def exact_matmul(a: torch.Tensor, b: torch.Tensor, a_absmax: int = None, bound: float = None) -> torch.Tensor:
     """Exact a @ b (torch.matmul broadcasting) of integer-valued tensors, as int64.
 
-    float32 over chunks of the contracted axis K such that a_absmax * max_col sum|b| < 2^24
-    (b is the constant side, e.g. weights [K, N]); float64 + rounding off CPU;
-    int64 elementwise accumulation when a chunk of one would still not be exact."""
-    if a_absmax is None:
-        a_absmax = int(a.abs().max()) if a.numel() else 0
+    `bound` must be >= a_absmax * max_j sum_k |b[..., k, j]|, which bounds every partial
+    sum of every output whatever the order of summation (callers with a constant b
+    pass it, cached; otherwise it is computed from a_absmax and b). Below 2^24 one
+    float32 matmul is exact, below 2^53 one float64 matmul (any blocking, any FMA: no
+    operation rounds); beyond, int64 products and sums (slow). Off CPU, where float32
+    may run as TF32, float64 is used and rounded."""
+    if bound is None:
+        if a_absmax is None:
+            a_absmax = int(a.abs().max()) if a.numel() else 0
+        col_l1 = b.abs().to(torch.float64).sum(dim=-2)
+        bound = float(a_absmax) * (float(col_l1.max()) if col_l1.numel() else 0.0)
+    if bound >= EXACT_FLOAT64:
+        return _int64_matmul(a, b)
     if a.device.type != "cpu":
         return torch.round(torch.matmul(a.to(torch.float64), b.to(torch.float64))).to(torch.int64)
-    bf = b.to(torch.float32)
-    af = a.to(torch.float32)
-    k = a.shape[-1]
-    if k == 0:
-        return torch.matmul(af, bf).to(torch.int64)
-    col_l1 = bf.abs().to(torch.float64)                          # [..., K, N]
-    l1 = col_l1.reshape(-1, k, col_l1.shape[-1]).transpose(1, 2).reshape(-1, k)  # [(batch*N), K]
-    if float(l1.max()) * a_absmax >= EXACT_FLOAT32:
-        return torch.matmul(a.to(torch.float64), b.to(torch.float64)).round().to(torch.int64) \
-            if float(l1.max()) * a_absmax * k < EXACT_FLOAT64 else _int64_matmul(a, b)
-    chunks = _chunks(l1, a_absmax, EXACT_FLOAT32)
-    acc = None
-    for lo, hi in chunks:
-        part = torch.matmul(af[..., lo:hi], bf[..., lo:hi, :]).to(torch.int64)
-        acc = part if acc is None else acc.add_(part)
-    return acc
+    dtype = torch.float32 if bound < EXACT_FLOAT32 else torch.float64
+    return torch.matmul(a.to(dtype), b.to(dtype)).to(torch.int64)
 
 
 def _int64_matmul(a, b):
