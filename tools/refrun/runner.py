@@ -1,0 +1,162 @@
+"""Run a (quantized or mixed-precision) model layer by layer.
+
+Integer tensors are held as int64 NumPy arrays, float tensors as float32.
+Values cross between float and integer layers only through Quantize and
+DeQuantize layers (docs/integer-semantics.md).
+"""
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import intmath
+from .errors import RefrunError
+from .irfile import DType, Layer, Model
+from .ops import OPS
+
+
+@dataclass
+class TensorInfo:
+    """What the IR says about one activation tensor (from its producer's block)."""
+    name: str
+    dtype: DType
+    shape: tuple
+    scale: Optional[float]
+    zp: Optional[int]
+    producer: Layer
+
+    @property
+    def is_int(self) -> bool:
+        return self.dtype.is_int
+
+    def quant(self, who: Layer):
+        """(scale, zp) of an integer tensor; a quantized IR must carry both."""
+        if self.scale is None or self.zp is None:
+            raise self.producer.error(f"integer tensor '{self.name}' lacks layer_top_scale/layer_top_zp")
+        return self.scale, self.zp
+
+
+def tensor_infos(model: Model) -> Dict[str, TensorInfo]:
+    infos = {}
+    for layer in model.layers:
+        for i, t in enumerate(layer.tops):
+            scale = layer.top_scales[i] if layer.top_scales is not None else None
+            zp = layer.top_zps[i] if layer.top_zps is not None else None
+            if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+                raise layer.error(f"layer_top_scale entry {scale!r} is not a number", "layer_top_scale")
+            if zp is not None and (isinstance(zp, bool) or not isinstance(zp, int)):
+                raise layer.error(f"layer_top_zp entry {zp!r} is not an integer", "layer_top_zp")
+            infos[t] = TensorInfo(t, layer.top_types[i], layer.top_shapes[i], scale, zp, layer)
+    return infos
+
+
+def topological(model: Model) -> List[Layer]:
+    """Layers in an order where every tensor is written before it is read."""
+    written = set()
+    pending = list(model.layers)
+    order = []
+    while pending:
+        ready = [layer for layer in pending if all(b in written for b in layer.bottoms)]
+        if not ready:
+            raise pending[0].error("the graph has a cycle through this layer")
+        for layer in ready:
+            order.append(layer)
+            written.update(layer.tops)
+        pending = [layer for layer in pending if layer not in ready]
+    return order
+
+
+class Runner:
+    def __init__(self, model: Model):
+        self.model = model
+        self.infos = tensor_infos(model)
+        self.order = topological(model)
+        for layer in self.order:
+            if layer.type not in OPS:
+                raise layer.error(f"unknown layer type '{layer.type}' (npuopt-run knows: "
+                                  f"{', '.join(sorted(OPS))})", "layer_type")
+            for t in layer.tops:
+                info = self.infos[t]
+                if info.is_int and not (layer.type == "Constant" and info.scale is None):
+                    info.quant(layer)  # integers need scale/zp, but a Constant's indices
+
+    def prepare_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool) -> List[np.ndarray]:
+        """Check the inputs against the IR; quantize float ones with the Input layer's scale/zp."""
+        names = self.model.inputs
+        if len(arrays) != len(names):
+            raise RefrunError(f"the model takes {len(names)} input(s) ({', '.join(names)}), "
+                              f"got {len(arrays)} --input")
+        values = []
+        for name, x in zip(names, arrays):
+            info = self.infos[name]
+            if x.ndim != len(info.shape) or tuple(x.shape[1:]) != tuple(info.shape[1:]):
+                raise RefrunError(f"input '{name}' has shape {list(x.shape)}; the IR says {list(info.shape)} "
+                                  f"(the first axis is the batch)")
+            if not info.is_int:
+                values.append(x.astype(np.float32))
+            elif integer_input:
+                if not np.issubdtype(x.dtype, np.integer):
+                    raise RefrunError(f"input '{name}': --integer-input needs an integer array, got {x.dtype}")
+                x = x.astype(np.int64)
+                lo, hi = info.dtype.qmin, info.dtype.qmax
+                if x.size and (x.min() < lo or x.max() > hi):
+                    raise RefrunError(f"input '{name}': values [{x.min()}, {x.max()}] lie outside "
+                                      f"{info.dtype.name} [{lo}, {hi}]")
+                values.append(x)
+            elif np.issubdtype(x.dtype, np.integer):
+                raise RefrunError(f"input '{name}' is an integer array ({x.dtype}): pass --integer-input to "
+                                  f"take it as quantized {info.dtype.name} values, or give floats to quantize")
+            else:
+                scale, zp = info.quant(info.producer)
+                values.append(intmath.quantize(x, scale, zp, info.dtype))
+        return values
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
+        """Every tensor of the model, by name (inputs already prepared)."""
+        values: Dict[str, np.ndarray] = dict(zip(self.model.inputs, inputs))
+        batch = inputs[0].shape[0] if inputs else 1
+        for layer in self.order:
+            if layer.type == "Input":
+                if layer.tops[0] not in values:
+                    raise layer.error(f"Input tensor '{layer.tops[0]}' is not among the header's input_tensors")
+                continue
+            quantized = any(t.is_int for t in layer.top_types)
+            op = OPS[layer.type]
+            fn = op.int_fn if quantized else op.float_fn
+            if fn is None:
+                mode = "integer" if quantized else "float"
+                raise layer.error(f"npuopt-run has no {mode} forward for {layer.type}")
+            infos = [self.infos[b] for b in layer.bottoms]
+            for info in infos:
+                if info.is_int != (quantized != op.reads_other_kind):
+                    raise layer.error(f"{'an integer' if quantized else 'a float'} {layer.type} reads "
+                                      f"{'integer' if info.is_int else 'float'} tensor '{info.name}' "
+                                      f"(values cross between float and integer only through "
+                                      f"Quantize/DeQuantize layers)")
+            xs = [values[b] for b in layer.bottoms]
+            try:
+                outs = fn(layer, xs, infos)
+            except RefrunError:
+                raise
+            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
+                raise layer.error(f"{type(e).__name__}: {e}") from e
+            for t, out in zip(layer.tops, outs):
+                values[t] = self._check(layer, self.infos[t], out, batch)
+        return values
+
+    def _check(self, layer: Layer, info: TensorInfo, out: np.ndarray, batch: int) -> np.ndarray:
+        """The runner's own consistency check: IR shape (batch scaled) and dtype range."""
+        ir_batch = self.infos[self.model.inputs[0]].shape[0] if self.model.inputs else 1
+        want = list(info.shape)
+        if want and ir_batch and layer.type != "Constant":  # constants keep their batch of 1
+            want[0] = want[0] * batch // ir_batch
+        if list(out.shape) != want:
+            raise layer.error(f"computed shape {list(out.shape)} for '{info.name}', the IR says {list(info.shape)}")
+        if info.is_int:
+            if out.dtype != np.int64:
+                raise layer.error(f"integer forward returned {out.dtype} for '{info.name}'")
+            if out.size and (out.min() < info.dtype.qmin or out.max() > info.dtype.qmax):
+                raise layer.error(f"'{info.name}' holds [{out.min()}, {out.max()}] outside {info.dtype.name}")
+        else:
+            out = out.astype(np.float32)
+        return out
