@@ -218,6 +218,7 @@ class ImageFolderDataset(Dataset):
                                f"not found{more}")
 
         if label_file:
+            label_file = _split_selector(label_file)[0]  # rows are matched by file: a selector changes nothing
             if str(label_file).lower().endswith(".npy"):
                 self.labels = load_label_array(label_file, len(rows), WHO)
             else:

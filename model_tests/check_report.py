@@ -1,0 +1,46 @@
+"""Print the figures of an npuopt report and check them against floors.
+
+    python model_tests/check_report.py REPORT.json [--min METRIC=VALUE ...] [--min-agreement FRACTION]
+
+Prints each metric's float and quantized value and the drop, and each output's
+top-1 agreement of the quantized with the float graph; then `PASS` or
+`FAIL: ...` naming every floor that was missed (exit status 1).
+"""
+import argparse
+import json
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report")
+    parser.add_argument("--min", action="append", default=[], metavar="METRIC=VALUE",
+                        help="the quantized metric must be at least VALUE")
+    parser.add_argument("--min-agreement", type=float, metavar="FRACTION",
+                        help="every output's top-1 agreement must be at least FRACTION")
+    args = parser.parse_args(argv)
+    with open(args.report) as f:
+        report = json.load(f)
+    metrics = report["metrics"]
+    for name, quant in metrics["quant"].items():
+        print(f"{name}: float {metrics['float'][name]:.4f}  quant {quant:.4f}  drop {metrics['drop'][name]:+.4f}")
+    for output, fraction in report.get("agreement", {}).items():
+        print(f"output '{output}': top-1 agreement quant vs float {fraction:.4f}")
+    missed = []
+    for floor in args.min:
+        name, _, value = floor.rpartition("=")
+        if name not in metrics["quant"]:
+            missed.append(f"no metric '{name}' in the report")
+        elif metrics["quant"][name] < float(value):
+            missed.append(f"{name} {metrics['quant'][name]:.4f} < {value}")
+    if args.min_agreement is not None:
+        missed += [f"agreement of '{o}' {a:.4f} < {args.min_agreement}"
+                   for o, a in report.get("agreement", {}).items() if a < args.min_agreement]
+        if not report.get("agreement"):
+            missed.append("the report has no agreement figures")
+    print("PASS" if not missed else "FAIL: " + "; ".join(missed))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
