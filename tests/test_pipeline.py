@@ -98,6 +98,24 @@ def test_opt_config_overrides_and_float_layers(tmp_path):
     assert report["metrics"]["quant"]["TopKMetric"] > 0.8
 
 
+def test_output_layers_keep_their_extrema_unless_opt_config_says_otherwise(tmp_path):
+    master, _ = run(tmp_path, calibration_strategy_for_activation="99percentile")
+    template = json.loads((tmp_path / "out" / "tiny_cnn_opt_template.json").read_text())
+    outputs = {t.name for t in master.graph.output_tensors}
+    writers = {n.name for n in master.graph.nodes if any(t.name in outputs for t in n.outputs)}
+    assert writers
+    for layer, entry in template.items():
+        want = "extrema" if layer in writers else "99percentile"
+        assert entry["calibration_strategy_for_activation"] == want, layer
+    out = master.qgraph.output_tensors[0]
+    assert out.ir_range[1] == pytest.approx(out.statistics.max)
+    cfg_json = tmp_path / "layers.json"
+    cfg_json.write_text(json.dumps({w: {"calibration_strategy_for_activation": "mse"} for w in writers}))
+    run(tmp_path, opt_config=str(cfg_json))
+    template = json.loads((tmp_path / "out" / "tiny_cnn_opt_template.json").read_text())
+    assert all(template[w]["calibration_strategy_for_activation"] == "mse" for w in writers)
+
+
 def test_opt_config_errors(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"conv_1": {"weight_bits": 4}}))

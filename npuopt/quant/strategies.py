@@ -95,8 +95,14 @@ def _abs_hist(stats: Statistics):
 
 def kld_range(stats: Statistics, bits: int = 8) -> Tuple[float, float]:
     """TensorRT's entropy calibration on the |x| histogram: the threshold T whose
-    clipped-and-quantized distribution Q is closest (KL(P||Q)) to the reference P."""
+    clipped-and-quantized distribution Q is closest (KL(P||Q)) to the reference P.
+
+    The bin holding 0 is left out: 0 is exact under every threshold (ranges always
+    include it), and the spike of zeros after a ReLU would otherwise, merged with
+    its neighbours into one level, push the threshold far down (ReLU6 outputs of
+    EfficientNet-Lite0 clipped at 1.3 instead of 6)."""
     h, absmax = _abs_hist(stats)
+    h[0] = 0.0
     nonneg = stats.hist_lo >= 0
     levels = (1 << bits) - 1 if nonneg else (1 << (bits - 1)) - 1
     levels = max(levels, 2)
