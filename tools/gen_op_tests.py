@@ -344,17 +344,8 @@ device = cpu
 RUN_SH = """\
 #!/bin/sh
 # Op test {name}: quantize with npuopt, run npuopt-run on the quantized IR, and
-# compare every tensor with npuopt's quantized forward. Prints PASS/FAIL {name}.
-# Needs npuopt and npuopt-run on PATH (the venv); PYTHON picks the interpreter.
-cd "$(dirname "$0")" || exit 1
-rm -rf work && mkdir work
-if ! npuopt --cfg opt.cfg > work/npuopt.log 2>&1; then
-    echo "FAIL {name}: npuopt: $(tail -n 1 work/npuopt.log)"; exit 1
-fi
-if ! npuopt-run work/{name}_o.txt {inputs} -o work/refrun.npz --dump work/dump 2> work/refrun.log; then
-    echo "FAIL {name}: $(tail -n 1 work/refrun.log)"; exit 1
-fi
-exec "${{PYTHON:-python3}}" ../compare.py {name} work/{name}_o.txt work/dump {inputs}
+# compare every tensor with npuopt's quantized forward (op_tests/run_one.sh).
+exec sh "$(dirname "$0")/../run_one.sh" "$(dirname "$0")"
 """
 
 
@@ -394,10 +385,9 @@ def write_case(case: Case, root: str) -> None:
         cfg = _set_field(cfg, key, value)
     with open(os.path.join(folder, "opt.cfg"), "w") as f:
         f.write(cfg)
-    inputs = " ".join(f"--input in{i}.npy" for i in range(len(case.inputs)))
     script = os.path.join(folder, "run.sh")
     with open(script, "w") as f:
-        f.write(RUN_SH.format(name=case.name, inputs=inputs))
+        f.write(RUN_SH.format(name=case.name))
     os.chmod(script, 0o755)
 
 

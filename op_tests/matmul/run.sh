@@ -1,13 +1,4 @@
 #!/bin/sh
 # Op test matmul: quantize with npuopt, run npuopt-run on the quantized IR, and
-# compare every tensor with npuopt's quantized forward. Prints PASS/FAIL matmul.
-# Needs npuopt and npuopt-run on PATH (the venv); PYTHON picks the interpreter.
-cd "$(dirname "$0")" || exit 1
-rm -rf work && mkdir work
-if ! npuopt --cfg opt.cfg > work/npuopt.log 2>&1; then
-    echo "FAIL matmul: npuopt: $(tail -n 1 work/npuopt.log)"; exit 1
-fi
-if ! npuopt-run work/matmul_o.txt --input in0.npy --input in1.npy -o work/refrun.npz --dump work/dump 2> work/refrun.log; then
-    echo "FAIL matmul: $(tail -n 1 work/refrun.log)"; exit 1
-fi
-exec "${PYTHON:-python3}" ../compare.py matmul work/matmul_o.txt work/dump --input in0.npy --input in1.npy
+# compare every tensor with npuopt's quantized forward (op_tests/run_one.sh).
+exec sh "$(dirname "$0")/../run_one.sh" "$(dirname "$0")"
