@@ -189,8 +189,9 @@ def runs_batched(graph, input_shapes: Sequence[Sequence[int]], input_layout: str
         n = one.shape[0] if one.dim() else 0
         if two.dim() != one.dim() or (one.dim() and two.shape[0] != 2 * n):
             return False
-        if not (torch.allclose(two[:n], one, rtol=1e-4, atol=1e-6 * float(one.abs().max()))
-                and torch.allclose(two[n:], one, rtol=1e-4, atol=1e-6 * float(one.abs().max()))):
+        # another batch may take other kernels: equal up to float rounding, as exports are
+        tolerance = 1e-4 * float(one.abs().max())
+        if max(float((two[:n] - one).abs().max()), float((two[n:] - one).abs().max())) > tolerance:
             return False
     return True
 
@@ -215,10 +216,29 @@ def _parse_shape(text: str) -> List[int]:
 @click.option("--input-layout", type=click.Choice(["nhwc", "nchw"], case_sensitive=False), default="nhwc",
               show_default=True, help="layout of 4-D IR inputs (the PyTorch input is always NCHW)")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="seed of random weights (torchvision) and of the check input")
+              help="torch.manual_seed before the model is built (random weights) and seed of the check input")
 @click.option("--verbose", "-v", is_flag=True, help="a traceback on errors")
 def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
-    """Export MODEL (torchvision:NAME or module.path:callable) to a float npuopt IR."""
+    """Export a PyTorch MODEL to a float npuopt IR: OUT_PREFIX.txt and OUT_PREFIX.bin.
+
+    \b
+    MODEL is one of:
+      torchvision:NAME      a torchvision classification model (resnet18, vit_b_16, ...),
+                            random weights from --seed unless --weights is given
+      module.path:callable  callable() returns a torch.nn.Module; the module is
+                            imported from the working directory or sys.path
+
+    \b
+      npuopt-export torchvision:resnet18 --input-shape 1,3,224,224 -o out/resnet18
+      npuopt-export tools.models:efficientnet_lite0 --input-shape 1,3,224,224 -o out/lite0
+
+    The model is traced in eval mode with torch.export and mapped to IR layers
+    (4-D activations NHWC); BatchNorms are folded and activations fused. The IR is
+    then run against PyTorch on a random input and the cosine and max abs error
+    are printed. Errors (an op with no IR mapping, with its module path; a model
+    that does not run on the input shape; weights that do not fit) are one line
+    and exit status 1.
+    """
     try:
         shapes = [_parse_shape(s) for s in input_shapes]
         module = load_model(model, weights, seed)
