@@ -5,6 +5,7 @@ import random
 import pytest
 import torch
 
+from npuopt.errors import QuantizeError
 from npuopt.quant import qmath
 
 random.seed(0)
@@ -233,3 +234,36 @@ def test_requantize_exact_ties():
     acc = torch.tensor([-3.0, -1.0, 1.0, 3.0, 5.0])
     got = qmath.requantize_exact(acc, 1, 1, None, 0, bound=5.0)
     assert got.tolist() == [-1.0, 0.0, 1.0, 2.0, 3.0]
+
+
+# ---- integer square root and even normalization (LayerNorm) -------------------------
+def test_isqrt_is_the_exact_floor():
+    edges = [0, 1, 2, 3, 4, 15, 16, 17, (1 << 31) - 1, 1 << 52, (1 << 53) + 1, (1 << 62) - 1]
+    squares = [k * k + d for k in (3, 1 << 26, (1 << 31) - 1, 3037000499) for d in (-1, 0, 1) if k * k + d < 1 << 62]
+    rand = [random.randrange(1 << random.randrange(1, 63)) for _ in range(2000)]
+    values = edges + squares + rand
+    got = qmath.isqrt(torch.tensor(values, dtype=torch.int64)).tolist()
+    assert got == [math.isqrt(v) for v in values]
+
+
+def test_isqrt_refuses_negative_and_too_large():
+    with pytest.raises(QuantizeError):
+        qmath.isqrt(torch.tensor([-1]))
+    with pytest.raises(QuantizeError):
+        qmath.isqrt(torch.tensor([1 << 62]))
+
+
+@pytest.mark.parametrize("limit", [62, 40, 9])
+def test_even_normalize_is_the_largest_even_left_shift(limit):
+    values = [1, 2, 3, 4, 5, (1 << (limit - 2)) - 1, 1 << (limit - 2), (1 << (limit - 1)) + 3, (1 << limit) - 1,
+              1 << limit] + [random.randrange(1, 1 << limit) for _ in range(500)]
+    got, j = qmath.even_normalize(torch.tensor(values, dtype=torch.int64), limit)
+    for v, g, k in zip(values, got.tolist(), j.tolist()):
+        want = max(0, (limit - v.bit_length()) // 2)
+        assert k == want and g == v << (2 * k), (v, k, want)
+        assert k == 0 or g < 1 << limit <= g << 2
+
+
+def test_even_normalize_needs_positive_values():
+    with pytest.raises(QuantizeError):
+        qmath.even_normalize(torch.tensor([0, 5]))

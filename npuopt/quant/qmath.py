@@ -191,6 +191,38 @@ def round_div(num: torch.Tensor, den) -> torch.Tensor:
     return torch.div(2 * num + den, 2 * den, rounding_mode="floor")
 
 
+def isqrt(v: torch.Tensor) -> torch.Tensor:
+    """floor(sqrt(v)) of integers 0 <= v < 2^62, exactly (int64): R*R <= v < (R+1)*(R+1).
+    A float64 square root is within 1 of the answer; integer comparisons correct it."""
+    v = v.to(torch.int64)
+    if v.numel() and (int(v.min()) < 0 or int(v.max()) >= 1 << 62):
+        raise QuantizeError("isqrt needs integers in [0, 2^62)")
+    r = torch.sqrt(v.to(torch.float64)).floor_().to(torch.int64)
+    for _ in range(2):
+        r = r - (r * r > v).to(torch.int64)
+        r = r + ((r + 1) * (r + 1) <= v).to(torch.int64)
+    return r
+
+
+def even_normalize(v: torch.Tensor, limit_bits: int = 62):
+    """(v * 4^j, j) for integers v >= 1, j the largest integer >= 0 with
+    v * 4^j < 2^limit_bits (j = 0 when v is already at or beyond it): the left
+    shift by an even amount 2j that brings v closest below 2^limit_bits, so that
+    isqrt(v * 4^j) = sqrt(v) * 2^j keeps about limit_bits/2 significant bits."""
+    v = v.to(torch.int64)
+    if v.numel() and int(v.min()) < 1:
+        raise QuantizeError("even_normalize needs integers >= 1")
+    j = torch.zeros_like(v)
+    step = 1 << ((limit_bits // 2).bit_length() - 1)
+    while step:  # greedy binary search on the monotone test v * 4^(j + step) < 2^limit
+        cand = j + step
+        room = (limit_bits - 2 * cand).clamp(min=0)
+        ok = (2 * cand <= limit_bits) & (v < (torch.ones_like(room) << room))
+        j = torch.where(ok, cand, j)
+        step >>= 1
+    return v * (torch.ones_like(j) << (2 * j)), j
+
+
 # ---- scale and zero point ---------------------------------------------------
 def integer_range(bits: int, signed: bool, restricted: bool = False) -> Tuple[int, int]:
     if signed:

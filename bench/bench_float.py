@@ -1,0 +1,111 @@
+"""Float forward speed of npuopt against PyTorch eager on EfficientNet-Lite0.
+
+    python bench/bench_float.py [--batch 32] [--limit 500] [--threads N] [--profile]
+
+Exports the pretrained EfficientNet-Lite0, then runs the 500 `val` sample images
+(random inputs when ../shared/data is absent) through npuopt's float forward of
+the IR and through the original PyTorch module, with the same torch thread
+count, and prints both times and their ratio (target: at most 1.3). Each side
+is timed over the whole set, best of --repeat runs, after a warm-up batch.
+`--profile` adds the time per layer type of npuopt's forward; `--channels-last`
+also times PyTorch with the module and inputs in channels_last memory format
+(a stricter baseline: the format npuopt's NHWC convolutions run in).
+"""
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools.export import export_model, to_ir_layout  # noqa: E402
+from tools.export_check import IMAGE_LABELS, load_images  # noqa: E402
+from tools.models import efficientnet_lite0  # noqa: E402
+
+TARGET_RATIO = 1.3
+
+
+def best_time(run, batches, repeat):
+    run(batches[0])
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for b in batches:
+            run(b)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def layer_profile(graph, batches):
+    """Seconds per layer type over the batches, timed between consecutive layers."""
+    spent = defaultdict(float)
+    last = [0.0]
+
+    def tick(node):
+        now = time.perf_counter()
+        spent[node.type] += now - last[0]
+        last[0] = now
+
+    for b in batches:
+        last[0] = time.perf_counter()
+        graph.forward([b], after_node=tick)
+    return spent
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--limit", type=int, default=500)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--channels-last", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    model = efficientnet_lite0()
+    graph, _ = export_model(model, [[1, 3, 224, 224]], "efficientnet_lite0")
+    if IMAGE_LABELS.is_file():
+        x, labels = load_images("lite", limit=args.limit)
+        source = f"{len(x)} val images"
+    else:
+        x, labels = torch.randn(args.limit, 3, 224, 224), None
+        source = f"{len(x)} random inputs ({IMAGE_LABELS} is absent)"
+    nchw = list(x.split(args.batch))
+    nhwc = [to_ir_layout(b) for b in nchw]  # what an NHWC dataset hands npuopt
+
+    with torch.no_grad():
+        t_torch = best_time(model, nchw, args.repeat)
+    t_npuopt = best_time(lambda b: graph.forward([b]), nhwc, args.repeat)
+    print(f"EfficientNet-Lite0 float, {source}, batch {args.batch}, {args.threads} torch threads, "
+          f"best of {args.repeat}")
+    print(f"  PyTorch eager (original module): {t_torch:8.3f} s")
+    print(f"  npuopt float forward (IR):       {t_npuopt:8.3f} s")
+    ratio = t_npuopt / t_torch
+    print(f"  ratio npuopt / PyTorch:          {ratio:8.3f}  (target <= {TARGET_RATIO}: "
+          f"{'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+    if args.channels_last:
+        model_cl = efficientnet_lite0().to(memory_format=torch.channels_last)
+        nchw_cl = [b.contiguous(memory_format=torch.channels_last) for b in nchw]
+        with torch.no_grad():
+            t_cl = best_time(model_cl, nchw_cl, args.repeat)
+        print(f"  PyTorch eager, channels_last:    {t_cl:8.3f} s  (ratio npuopt / it: {t_npuopt / t_cl:.3f})")
+    if labels is not None:
+        with torch.no_grad():
+            top1_torch = torch.cat([model(b) for b in nchw]).argmax(1)
+        top1_ir = torch.cat([graph.forward([b])[0] for b in nhwc]).argmax(1)
+        print(f"  top-1: PyTorch {(top1_torch == labels).float().mean():.3f}, "
+              f"npuopt {(top1_ir == labels).float().mean():.3f}")
+    if args.profile:
+        spent = layer_profile(graph, nhwc)
+        total = sum(spent.values())
+        print("  npuopt time per layer type:")
+        for kind, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+            print(f"    {kind:16s} {seconds:8.3f} s  {100 * seconds / total:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()
