@@ -315,8 +315,8 @@ def test_integer_constant_is_left_alone(tmp_path):
     assert not qg.node("idx").outputs[0].is_quantized
 
 
-# ---- a graph of them, with LayerNorm left in float ----------------------------------------
-def test_graph_with_layernorm_kept_float(tmp_path):
+# ---- a graph of them, LayerNorm included (tests/test_layernorm_int.py: LayerNorm itself) ----
+def test_graph_with_layernorm(tmp_path):
     b = GraphBuilder("t")
     b.input("x", [1, 6, 8])
     b.layer("FullyConnected", "fc", ["x"], dict(num_output=8, with_activation="RELU"),
@@ -329,8 +329,8 @@ def test_graph_with_layernorm_kept_float(tmp_path):
     data = batches((6, 8), n=3)
     qg, *_ = check(g, data, tmp_path, tol_lsb=6, min_cos=0.99, **ASYM)
     types = {n.name: n.type for n in qg.nodes}
-    assert not qg.node("ln").quantized and "DeQuantize" in types.values() and "Quantize" in types.values()
-    assert all(n.quantized for n in qg.nodes if n.name in ("fc", "mm", "mean"))
+    assert "DeQuantize" not in types.values() and "Quantize" not in types.values()
+    assert all(n.quantized for n in qg.nodes if n.name in ("fc", "ln", "mm", "mean"))
 
 
 @pytest.mark.parametrize("a_max,b_max,k", [(255, 127, 50), (65535, 127, 300), (65535, 65535, 40),

@@ -353,7 +353,8 @@ def test_hand_computed_lut_interpolation(tmp_path):
     (conv_layer(type="Activation", method="SIGMOID", consts={"lut": ("int8", np.zeros(100))}), ["layer 'conv'", "lut"]),
     (conv_layer(type="Activation", method="ELU"), ["layer 'conv'", "ELU"]),
     (conv_layer(type="Split", splits=[2]), ["layer 'conv'", "does not rescale"]),
-    (conv_layer(type="LayerNorm"), ["layer 'conv'", "no integer forward for LayerNorm"]),
+    (conv_layer(type="LayerNorm", axis=[3]), ["layer 'conv'", "norm_shift"]),
+    (conv_layer(type="LayerNorm", axis=[1], norm_shift=0, variance_bias=0, norm_bits=8), ["layer 'conv'", "last axes"]),
     (conv_layer(type="Resize", method="CUBIC", zps=[1]), ["layer 'conv'", "CUBIC"]),
 ])
 def test_unsupported_or_broken_quantized_layer(capsys, tmp_path, layer, words):

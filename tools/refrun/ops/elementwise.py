@@ -1,7 +1,9 @@
 """Eltwise, BatchNorm, Softmax and LayerNorm."""
+import math
+
 import numpy as np
 
-from ..intmath import absmax, check_range, lut_lookup, round_div, saturate
+from ..intmath import absmax, check_range, lut_lookup, round_div, rrs, saturate
 from .activation import fused_float
 from .stage import along, activation_of, int_list, int_param, multiplier, output_stage, shifted, weights_with_zp
 
@@ -91,13 +93,19 @@ def softmax_int(layer, xs, infos):
     return [saturate(round_div(e * np.int64(q_max), total), 0, q_max)]
 
 
+def _normalized_axes(layer, ndim: int):
+    """The first normalized axis (LayerNorm normalizes the last axes only)."""
+    axes = layer.param("axis")
+    axes = tuple(sorted(a % ndim for a in ([axes] if isinstance(axes, int) else axes)))
+    if not axes or axes != tuple(range(ndim - len(axes), ndim)):
+        raise layer.error(f"LayerNorm normalizes the last axes only, got axis {list(axes)}", "axis")
+    return axes[0]
+
+
 def layernorm_float(layer, xs, infos):
     x = xs[0].astype(np.float64)
-    axes = layer.param("axis")
-    axes = tuple(sorted(a % x.ndim for a in ([axes] if isinstance(axes, int) else axes)))
-    if axes != tuple(range(x.ndim - len(axes), x.ndim)):
-        raise layer.error(f"LayerNorm normalizes the last axes only, got axis {list(axes)}", "axis")
-    shape = x.shape[axes[0]:]
+    first = _normalized_axes(layer, x.ndim)
+    shape, axes = x.shape[first:], tuple(range(first, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
     y = (x - mean) / np.sqrt(var + float(layer.param("epsilon", 1e-5)))
@@ -105,6 +113,55 @@ def layernorm_float(layer, xs, infos):
     return [y.astype(np.float32)]
 
 
+_SQRT_LIMIT = 1 << 62
+
+
+def _bounded_int(layer, key, lo, hi):
+    value = int_param(layer, key)
+    if not lo <= value <= hi:
+        raise layer.error(f"'{key}' = {value} lies outside [{lo}, {hi}]", key)
+    return value
+
+
+def layernorm_int(layer, xs, infos):
+    """Per row of the N normalized elements (flattened): S = sum A, u = RRS(N*A - S, p),
+    V = max(sum u^2 + E, 1), j the largest j >= 0 with V*4^j < 2^62, R = isqrt(V*4^j),
+    n = round_div(u * 2^(j+F), R), z = n*W + biases; the output stage (per-element
+    numbers along the flattened normalized axes). p, E, F = norm_shift, variance_bias,
+    norm_bits."""
+    a = shifted(xs[0], infos[0], layer)
+    first = _normalized_axes(layer, a.ndim)
+    count = int(np.prod(a.shape[first:], dtype=np.int64))
+    p = _bounded_int(layer, "norm_shift", 0, 62)
+    e = _bounded_int(layer, "variance_bias", 0, _SQRT_LIMIT - 1)
+    f = _bounded_int(layer, "norm_bits", 0, 30)
+    w = weights_with_zp(layer).reshape(-1)
+    biases = layer.const("biases").reshape(-1) if layer.has_const("biases") else np.zeros(1, np.int64)
+    if w.size not in (1, count) or biases.size not in (1, count):
+        raise layer.error(f"weights/biases of {w.size}/{biases.size} values for {count} normalized elements")
+    rows = a.reshape(-1, count)
+    check_range(layer, 2 * count * absmax(rows), "N*A - S")
+    u = rrs(rows * np.int64(count) - rows.sum(axis=1, keepdims=True), p)
+    # a float64 estimate of sum u^2 tells whether the int64 sum can overflow (all terms >= 0)
+    check_range(layer, int((u.astype(np.float64) ** 2).sum(axis=1).max(initial=0) * 1.01) + e + 1,
+                "the variance sum")
+    variance = np.maximum((u * u).sum(axis=1) + np.int64(e), 1)
+    if variance.size and variance.max() >= _SQRT_LIMIT:
+        raise layer.error(f"the variance sum {variance.max()} reaches 2^62: norm_shift is too small", "norm_shift")
+    # j and R per row, with Python integers
+    j = np.array([max(0, (62 - int(v).bit_length()) // 2) for v in variance], np.int64)
+    root = np.array([math.isqrt(int(v) << (2 * int(k))) for v, k in zip(variance, j)], np.int64)
+    row_max = np.abs(u).max(axis=1, initial=0)
+    check_range(layer, 2 * max((int(um) << int(k + f) for um, k in zip(row_max, j)), default=0)
+                + int(root.max(initial=0)), "the division u * 2^(j+F) / R")
+    num = u * np.left_shift(np.int64(1), j + f)[:, None]
+    n = round_div(num, root[:, None])
+    check_range(layer, absmax(n) * absmax(w) + absmax(biases), "the accumulator n*W + biases")
+    z = n * w + biases
+    m, s = multiplier(layer, count)
+    return [output_stage(layer, z, m, s, "NONE").reshape(a.shape)]
+
+
 FLOAT = {"Eltwise": eltwise_float, "BatchNorm": batchnorm_float, "Softmax": softmax_float,
          "LayerNorm": layernorm_float}
-INT = {"Eltwise": eltwise_int, "BatchNorm": batchnorm_int, "Softmax": softmax_int}
+INT = {"Eltwise": eltwise_int, "BatchNorm": batchnorm_int, "Softmax": softmax_int, "LayerNorm": layernorm_int}
