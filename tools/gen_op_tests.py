@@ -223,6 +223,29 @@ def _layernorm(b, rng, x):
     return [act(b, "relu", ln[0], "RELU")]
 
 
+def _layernorm_int(b, rng, x):
+    """Over the last axis (16 elements) and over the last two (5 x 16), then RELU."""
+    last = b.layer("LayerNorm", "ln", [x[0]], dict(axis=[2], epsilon=1e-5),
+                   {"weights": weights(rng, 16) + 1.0, "biases": weights(rng, 16)})
+    two = b.layer("LayerNorm", "ln_2d", [x[0]], dict(axis=[1, 2], epsilon=1e-3),
+                  {"weights": weights(rng, 5, 16) + 1.0, "biases": weights(rng, 5, 16)})
+    return last + two + [act(b, "relu", last[0], "RELU")]
+
+
+def _ln_rows(rng, shapes, n, value_range, run):
+    """Rows of different offsets and spreads, and on the run a constant row (variance 0:
+    the output is the biases) and a row of one spike."""
+    lo, hi = value_range
+    x = uniform(rng, value_range, (n,) + shapes[0])
+    x *= uniform(rng, (0.05, 1.0), (n,) + shapes[0][:-1] + (1,))
+    x += uniform(rng, (lo / 2, hi / 2), (n,) + shapes[0][:-1] + (1,))
+    if run:
+        x[0, 0, :] = 0.3
+        x[0, 1, :] = 0.0
+        x[0, 1, 3] = hi
+    return [x.astype(np.float32)]
+
+
 def _conv_fused(b, rng, x):
     leaky = act(b, "leaky", conv(b, rng, "conv_leaky", x[0], 4, 4), "LEAKYRELU", negative_slope_value=0.2)
     relu = act(b, "relu", conv(b, rng, "conv_relu", x[0], 4, 4), "RELU")
@@ -275,8 +298,14 @@ CASES = [
          dict(quantize_method_for_activation="per_tensor_asymmetric"), calib_range=(-0.3, 2.0),
          run_range=(-0.3, 2.0)),
     Case("constant", "a Constant layer broadcast into an Eltwise ADD", [(3, 3, 4)], _constant),
-    Case("layernorm", "LayerNorm, which has no integer form: float between DeQuantize and Quantize",
-         [(3, 3, 4)], _layernorm),
+    Case("layernorm", "integer LayerNorm over the last axis and the last two, per-tensor weights",
+         [(5, 16)], _layernorm_int, data=_ln_rows),
+    Case("layernorm_act16", "integer LayerNorm on 16-bit activations, per-channel (per element) weights, "
+         "asymmetric activations", [(5, 16)], _layernorm_int,
+         dict(activation_bits="16", quantize_method_for_weight="per_channel_symmetric_restricted_range",
+              quantize_method_for_activation="per_tensor_asymmetric"), data=_ln_rows),
+    Case("layernorm_float", "LayerNorm kept in float between DeQuantize and Quantize (trigger_float_op)",
+         [(3, 3, 4)], _layernorm, dict(trigger_float_op="LayerNorm")),
     Case("pool_max_ceil", "3x3/2 MAX pooling, ceil_mode, asymmetric pads", [(8, 8, 4)], _pool_max_ceil),
     Case("pool_avg_ceil", "3x3/2 AVG pooling: ceil_mode without pads counted, and count_include_pad",
          [(8, 8, 4)], _pool_avg_ceil),
