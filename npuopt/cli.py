@@ -61,10 +61,23 @@ def main(cfg_path, overrides, show_fields, show_plugins, verbose):
 
 
 def _fail(message: str, verbose: bool) -> None:
+    _close_progress_bars()
     if verbose:
         traceback.print_exc()
+    message = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
     click.echo(f"npuopt: error: {message}", err=True)
     sys.exit(1)
+
+
+def _close_progress_bars() -> None:
+    """End the progress bars an error interrupted, so that the error line starts a line
+    of its own and is the last one (a bar left open is redrawn when it is collected)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 def _run(cfg_path, overrides) -> None:

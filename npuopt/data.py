@@ -1,11 +1,23 @@
-"""Datasets and metrics from the cfg: plugin lookup, batching, checks of what they yield."""
+"""Datasets and metrics from the cfg: plugin lookup, batching, checks of what they yield.
+
+What a dataset may yield for a graph input (split_batch): arrays or tensors of
+numbers, one per sample, shaped as the IR's input without the batch axis. For a
+float input, float data of any width is converted to the input's dtype
+(float32) and integer data (int8/uint8/int16/int32/int64...) is accepted and
+converted to float with its values unchanged (pixels 0..255 stay 0.0..255.0; no
+scaling). Booleans, complex numbers, text and Python objects are errors. An
+integer input (an index-like graph input) takes integer data only.
+Every problem is a DatasetError of one line naming the dataset, and the input
+where there is one; errors raised in DataLoader worker processes too.
+"""
 import re
 from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
+from .dtype import Dtype
 from .errors import DatasetError, PluginError
 from .registry import PLUGINS, PluginType
 from .tensor import PyTensor
@@ -55,15 +67,71 @@ def _to_tensor(value) -> torch.Tensor:
     return torch.as_tensor(np.asarray(value))
 
 
+class _Collate:
+    """default_collate, with samples that cannot be stacked reported as a DatasetError
+    (a class, not a closure, so that worker processes can receive it)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, samples):
+        try:
+            return default_collate(samples)
+        except TypeError as e:
+            found = re.search(r"found (\S+)$", str(e))
+            what = f"values of type {found.group(1)}" if found else f"values that cannot be batched ({one_line(e)})"
+            raise DatasetError(f"dataset '{self.name}' yields {what}; a sample must be arrays or tensors of "
+                               f"numbers (integers or floats)") from None
+        except RuntimeError as e:
+            raise DatasetError(f"dataset '{self.name}' yields samples that cannot be stacked into a batch: "
+                               f"{one_line(str(e))}") from None
+
+
+def one_line(text: str) -> str:
+    """The non-empty lines of `text`, stripped, joined by spaces."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+_WORKER = re.compile(r"^Caught (\w+) in DataLoader (worker process \d+)\.\s*\nOriginal Traceback")
+
+
+def worker_error(message: str):
+    """(worker, exception type name, its message on one line) from the text of an exception
+    that a DataLoader worker raised and the DataLoader re-raised in this process (the
+    worker's whole traceback); None for other messages."""
+    m = _WORKER.match(message)
+    if m is None:
+        return None
+    lines = message.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    start = frames[-1] + 1 if frames else 1
+    while start < len(lines) and lines[start].startswith(" "):  # the frame's source lines
+        start += 1
+    text = one_line("\n".join(lines[start:]))
+    head = re.match(r"^([A-Za-z_][\w.]*?)(?::\s*|$)(.*)$", text)
+    if head and head.group(1).rsplit(".", 1)[-1] == m.group(1):
+        text = head.group(2)
+    return m.group(2), m.group(1), text
+
+
 def batches(dataset, name: str, batch_size: int, workers: int) -> Iterator:
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers,
+                        collate_fn=_Collate(name))
     try:
         for batch in loader:
             yield batch
-    except (DatasetError, PluginError):
-        raise
     except Exception as e:
-        raise DatasetError(f"dataset '{name}' failed while loading a batch: {type(e).__name__}: {e}") from None
+        text = str(e)
+        from_worker = worker_error(text)
+        if from_worker is not None:
+            worker, kind, text = from_worker
+            if isinstance(e, (DatasetError, PluginError)):
+                raise type(e)(text) from None
+            raise DatasetError(f"dataset '{name}' failed while loading a batch ({worker}): {kind}: {text}") from None
+        if isinstance(e, (DatasetError, PluginError)):
+            raise
+        raise DatasetError(f"dataset '{name}' failed while loading a batch: {type(e).__name__}: "
+                           f"{one_line(text)}") from None
 
 
 def split_batch(batch, inputs: Sequence[PyTensor], name: str, device) -> Tuple[List[torch.Tensor], object]:
@@ -72,6 +140,9 @@ def split_batch(batch, inputs: Sequence[PyTensor], name: str, device) -> Tuple[L
         samples, labels = batch
     else:
         samples, labels = batch, None
+    if isinstance(samples, (list, tuple)) and samples and all(isinstance(s, (str, bytes)) for s in samples):
+        raise DatasetError(f"dataset '{name}' yields text ({type(samples[0]).__name__}) as samples, "
+                           f"not arrays of numbers")
     if not isinstance(samples, (list, tuple)):
         samples = [samples]
     if len(samples) != len(inputs):
@@ -87,6 +158,9 @@ def split_batch(batch, inputs: Sequence[PyTensor], name: str, device) -> Tuple[L
         if tuple(s.shape[1:]) != tuple(t.ir_shape[1:]):
             raise DatasetError(f"dataset '{name}' yields shape {list(s.shape[1:])} per sample for input "
                                f"'{t.name}'; the IR says {list(t.ir_shape[1:])} (without the batch axis)")
+        if (s.dtype == torch.bool and t.dtype is not Dtype.BOOL) or s.dtype.is_complex:
+            raise DatasetError(f"dataset '{name}' yields {s.dtype} values for input '{t.name}'; expected "
+                               f"real numbers (integers or floats)")
         if t.dtype.is_float and not s.dtype.is_floating_point:
             s = s.to(t.dtype.torch_dtype)
         elif t.dtype.is_float != s.dtype.is_floating_point:

@@ -71,6 +71,8 @@ class OptMaster:
         self.graph.to(self.device)
         self.graph.zero_forward(device=self.device)
         OPT_INFO("zero-input forward: every layer ran and every shape matches the IR")
+        if self.cfg.dataset and self.cfg.data:
+            self.check_metric_data()
         stats_file = self.cfg.statistic_file
         if self.cfg.calibration_data or (stats_file and os.path.isfile(stats_file)):
             run_stage1_passes(self.graph)
@@ -86,6 +88,22 @@ class OptMaster:
         self.report["seconds"] = round(time.perf_counter() - started, 3)
         self.write_report()
         return self.report
+
+    def check_metric_data(self) -> None:
+        """Open `data` (with `label`) and the metrics, and put the first samples through the
+        float graph and every metric: data or labels that do not fit the model or the
+        metrics stop the run here, before calibration and before anything is written."""
+        cfg = self.cfg
+        self.metric_dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
+        make_metrics(cfg.metric)  # unknown metrics and bad arguments
+        n = min(len(self.metric_dataset), cfg.metric_batch_size, 2)
+        probe = torch.utils.data.Subset(self.metric_dataset, range(n))
+        batch = next(batches(probe, cfg.dataset, n, 0))
+        inputs, labels = split_batch(batch, self.graph.input_tensors, cfg.dataset, self.device)
+        outputs = self.graph.forward(inputs)
+        for _, metric in make_metrics(cfg.metric):
+            metric.reset()
+            metric(outputs, labels)
 
     # ---- steps 4-5 ---------------------------------------------------------
     def calibrate(self) -> None:
@@ -138,7 +156,7 @@ class OptMaster:
     def evaluate(self) -> None:
         from .quant.quantizer import dequantized, layer_similarity
         cfg = self.cfg
-        dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
+        dataset = getattr(self, "metric_dataset", None) or make_dataset(cfg.dataset, cfg.data, cfg.label or None)
         graphs = [("float", self.graph)] + ([("quant", self.qgraph)] if self.qgraph is not None else [])
         metrics = {kind: make_metrics(cfg.metric) for kind, _ in graphs}
         for ms in metrics.values():
