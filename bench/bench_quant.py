@@ -1,0 +1,174 @@
+"""Calibration and quantized-forward speed of npuopt against PyTorch eager on EfficientNet-Lite0.
+
+    python bench/bench_quant.py [--calib 100] [--limit 500] [--threads N] [--repeat 3] [--profile]
+
+Exports the pretrained EfficientNet-Lite0, then, with the same torch thread count:
+- calibration: npuopt's statistics gathering (a float forward of the IR collecting
+  extrema, running means, moments and histograms of every tensor) over the first
+  --calib (100) `calib` sample images, against the PyTorch eager float forward of
+  the original module over the same images (target ratio: at most 1.5);
+- quantized forward: npuopt's integer forward of the quantized graph over the
+  --limit (500) `val` images, against the PyTorch eager float forward over the same
+  images (target ratio: at most 3).
+The settings are model_tests/efficientnet_lite0/opt.cfg's (per-channel int8 weights,
+asymmetric uint8 activations, 99.999percentile, 2048 histogram bins; calibration
+batches of 25, metric batches of 50). Images are decoded once beforehand and both
+sides get the same tensors (random inputs when ../shared/data is absent). Each time
+is the best of --repeat runs, after a warm-up batch. The quantize step (strategies,
+integer weights, multipliers, tables) is timed once and printed, not compared.
+`--profile` adds seconds per layer type of both npuopt forwards and the share of
+the calibration spent gathering statistics.
+"""
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from npuopt.config import load_config  # noqa: E402
+from npuopt.plugins import load_plugins  # noqa: E402
+from npuopt.quant.quantizer import (Calibrator, attach_statistics, build_quantized_graph,  # noqa: E402
+                                    dequantized, float_layers, layer_settings)
+from tools.export import export_model, to_ir_layout  # noqa: E402
+from tools.export_check import IMAGE_LABELS, load_images  # noqa: E402
+from tools.models import efficientnet_lite0  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+LITE0_CFG = REPO / "model_tests" / "efficientnet_lite0" / "opt.cfg"
+TARGET_CALIBRATION = 1.5
+TARGET_QUANTIZED = 3.0
+CALIBRATION_BATCH = 25
+METRIC_BATCH = 50
+
+
+def best_time(run, batches, repeat, warm_up=True):
+    if warm_up:
+        run(batches[0])
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for b in batches:
+            run(b)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def calibrate(graph, cfg, batches):
+    calibrator = Calibrator(graph, cfg.histc_bins, cfg.running_statistic_momentum)
+    return calibrator.run(iter(batches))
+
+
+def best_calibration(graph, cfg, batches, repeat):
+    """Best of `repeat` full calibrations (a fresh Calibrator each), after a warm-up batch;
+    returns (seconds, statistics of the last run)."""
+    calibrate(graph, cfg, batches[:1])
+    times, stats = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        stats = calibrate(graph, cfg, batches)
+        times.append(time.perf_counter() - start)
+    return min(times), stats
+
+
+def layer_profile(graph, batches, observe=None):
+    """Seconds per layer type over the batches, timed between consecutive layers
+    (with `observe`, the statistics gathering after each layer is counted apart)."""
+    spent = defaultdict(float)
+    last = [0.0]
+
+    def tick(node):
+        now = time.perf_counter()
+        spent[node.type] += now - last[0]
+        if observe is not None:
+            observe(node)
+            after = time.perf_counter()
+            spent["(statistics)"] += after - now
+            now = after
+        last[0] = now
+
+    for b in batches:
+        last[0] = time.perf_counter()
+        graph.forward([b], after_node=tick)
+    return spent
+
+
+def print_profile(title, spent):
+    total = sum(spent.values())
+    print(f"  {title}: {total:.3f} s")
+    for kind, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"    {kind:16s} {seconds:8.3f} s  {100 * seconds / total:5.1f}%")
+
+
+def verdict(ratio, target):
+    return f"{ratio:8.3f}  (target <= {target}: {'met' if ratio <= target else 'NOT met'})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calib", type=int, default=100, help="calibration images (first of split calib)")
+    parser.add_argument("--limit", type=int, default=500, help="images of split val for the quantized forward")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    load_plugins()
+    cfg = load_config(str(LITE0_CFG))
+
+    model = efficientnet_lite0()
+    graph, _ = export_model(model, [[1, 3, 224, 224]], "efficientnet_lite0")
+    if IMAGE_LABELS.is_file():
+        calib, _ = load_images("lite", split="calib", limit=args.calib)
+        val, labels = load_images("lite", split="val", limit=args.limit)
+        source = f"{len(calib)} calib + {len(val)} val images"
+    else:
+        generator = torch.Generator().manual_seed(0)
+        calib = torch.randn(args.calib, 3, 224, 224, generator=generator)
+        val, labels = torch.randn(args.limit, 3, 224, 224, generator=generator), None
+        source = f"random inputs ({IMAGE_LABELS} is absent)"
+    calib_nchw, val_nchw = list(calib.split(CALIBRATION_BATCH)), list(val.split(METRIC_BATCH))
+    calib_nhwc = [[to_ir_layout(b)] for b in calib_nchw]   # what an NHWC dataset hands npuopt
+    val_nhwc = [to_ir_layout(b) for b in val_nchw]
+
+    with torch.no_grad():
+        t_torch_calib = best_time(model, calib_nchw, args.repeat)
+        t_torch_val = best_time(model, val_nchw, args.repeat)
+    t_calib, stats = best_calibration(graph, cfg, calib_nhwc, args.repeat)
+
+    start = time.perf_counter()
+    attach_statistics(graph, stats)
+    settings = layer_settings(cfg, graph)
+    qgraph, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
+    t_quantize = time.perf_counter() - start
+    t_quant = best_time(lambda b: qgraph.forward([b]), val_nhwc, args.repeat)
+
+    print(f"EfficientNet-Lite0, {source}, {args.threads} torch threads, best of {args.repeat}")
+    print(f"  calibration ({len(calib)} images, batch {CALIBRATION_BATCH}):")
+    print(f"    PyTorch eager float forward:     {t_torch_calib:8.3f} s")
+    print(f"    npuopt calibration (statistics): {t_calib:8.3f} s")
+    print(f"    ratio npuopt / PyTorch:          {verdict(t_calib / t_torch_calib, TARGET_CALIBRATION)}")
+    print(f"  quantize step (once, all layers):  {t_quantize:8.3f} s")
+    print(f"  quantized forward ({len(val)} images, batch {METRIC_BATCH}):")
+    print(f"    PyTorch eager float forward:     {t_torch_val:8.3f} s")
+    print(f"    npuopt quantized forward:        {t_quant:8.3f} s")
+    print(f"    ratio npuopt / PyTorch:          {verdict(t_quant / t_torch_val, TARGET_QUANTIZED)}")
+    if labels is not None:
+        with torch.no_grad():
+            top1_torch = torch.cat([model(b) for b in val_nchw]).argmax(1)
+        out = qgraph.output_tensors[0]
+        top1_quant = torch.cat([dequantized(out, qgraph.forward([b])[0]) for b in val_nhwc]).argmax(1)
+        print(f"  top-1: PyTorch float {(top1_torch == labels).float().mean():.3f}, "
+              f"npuopt quantized {(top1_quant == labels).float().mean():.3f}")
+    if args.profile:
+        calibrator = Calibrator(graph, cfg.histc_bins, cfg.running_statistic_momentum)
+        print_profile("npuopt calibration per layer type", layer_profile(graph, [b[0] for b in calib_nhwc],
+                                                                           calibrator.observe))
+        print_profile("npuopt quantized forward per layer type", layer_profile(qgraph, val_nhwc))
+
+
+if __name__ == "__main__":
+    main()
