@@ -115,7 +115,7 @@ class Calibrator:
     def __init__(self, graph, bins: int, momentum: float):
         self.graph = graph
         self.stats: Dict[str, Statistics] = {t.name: Statistics(bins, momentum) for t in graph.tensors}
-        self._warned: Set[str] = set()
+        self._warned: List[str] = []  # tensors with NaN/Inf, in the order they were seen
 
     def observe(self, node: PyNode) -> None:
         for t in node.outputs:
@@ -127,9 +127,10 @@ class Calibrator:
             before = s.nonfinite
             s.update(v)
             if s.nonfinite > before and t.name not in self._warned:
-                self._warned.add(t.name)
-                OPT_WARN(f"calibration: tensor '{t.name}' (layer '{node.name}') has NaN/Inf values; "
-                         f"they are left out of its statistics")
+                if not self._warned:
+                    OPT_WARN(f"calibration: tensor '{t.name}' (layer '{node.name}') has NaN/Inf values; "
+                             f"they are left out of its statistics")
+                self._warned.append(t.name)
 
     def run(self, batches: Iterable[List[torch.Tensor]]) -> Dict[str, Statistics]:
         n = 0
@@ -138,6 +139,10 @@ class Calibrator:
             n += 1
         if n == 0:
             raise QuantizeError("calibration: the calibration set gave no batch")
+        if len(self._warned) > 1:  # one warning, not one per tensor the bad values flow into
+            more = self._warned[1:]
+            OPT_WARN(f"calibration: NaN/Inf values also reached {len(more)} other tensor(s) "
+                     f"({', '.join(more[:3])}{', ...' if len(more) > 3 else ''}); left out of their statistics")
         return self.stats
 
 
