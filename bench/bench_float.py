@@ -20,23 +20,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tools.export import export_model, to_ir_layout  # noqa: E402
 from tools.export_check import IMAGE_LABELS, load_images  # noqa: E402
 from tools.models import efficientnet_lite0  # noqa: E402
+from timing import best_time  # noqa: E402
 
 TARGET_RATIO = 1.3
-
-
-def best_time(run, batches, repeat):
-    run(batches[0])
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for b in batches:
-            run(b)
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def layer_profile(graph, batches):

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from npuopt.config import load_config  # noqa: E402
 from npuopt.plugins import load_plugins  # noqa: E402
@@ -36,6 +37,7 @@ from npuopt.quant.quantizer import (Calibrator, attach_statistics, build_quantiz
 from tools.export import export_model, to_ir_layout  # noqa: E402
 from tools.export_check import IMAGE_LABELS, load_images  # noqa: E402
 from tools.models import efficientnet_lite0  # noqa: E402
+from timing import best_time  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LITE0_CFG = REPO / "model_tests" / "efficientnet_lite0" / "opt.cfg"
@@ -43,18 +45,6 @@ TARGET_CALIBRATION = 1.5
 TARGET_QUANTIZED = 3.0
 CALIBRATION_BATCH = 25
 METRIC_BATCH = 50
-
-
-def best_time(run, batches, repeat, warm_up=True):
-    if warm_up:
-        run(batches[0])
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for b in batches:
-            run(b)
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def calibrate(graph, cfg, batches):

@@ -71,10 +71,7 @@ def pooling_quantize(self, *args):
     if method == "MAX":
         QL.pass_through(self)
         return
-    QL.check_quantized_inputs(self)
-    x_t, out_t = self.inputs[0], self.outputs[0]
-    QL.quantize_activation(self, out_t)
-    QL.set_rescale(self, float(out_t.scale) / float(x_t.scale))
+    QL.quantize_rescaled(self)
 
 
 @op_register(OpType.Pooling, "1.0")

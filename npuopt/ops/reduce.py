@@ -53,7 +53,4 @@ def reduce_quantize(self, *args):
     if reduce_method(self) in PASS_THROUGH:
         QL.pass_through(self)
         return
-    QL.check_quantized_inputs(self)
-    x_t, out_t = self.inputs[0], self.outputs[0]
-    QL.quantize_activation(self, out_t)
-    QL.set_rescale(self, float(out_t.scale) / float(x_t.scale))
+    QL.quantize_rescaled(self)

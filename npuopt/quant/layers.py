@@ -385,6 +385,15 @@ def pass_through(node) -> None:
         copy_quantization(node.inputs[0], out)
 
 
+def quantize_rescaled(node) -> None:
+    """Layers whose integer result is a sum over input values (AVG pooling, Reduce
+    mean/sum): the output quantized from its statistics, one rescale s_y / s_x."""
+    check_quantized_inputs(node)
+    x_t, out_t = node.inputs[0], node.outputs[0]
+    quantize_activation(node, out_t)
+    set_rescale(node, float(out_t.scale) / float(x_t.scale))
+
+
 def common_shift_multipliers(ratios):
     """Multipliers for several ratios sharing one shift: the largest ratio gets a
     full MULTIPLIER_BITS multiplier, the others M_i = round_half_up(r_i * 2^shift)."""
