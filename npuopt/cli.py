@@ -6,7 +6,7 @@ import traceback
 import click
 
 from . import __version__
-from .errors import NpuoptError
+from .errors import NpuoptError, one_line
 from .logger import set_verbose
 
 HELP = """Quantize a float Compass/Zhouyi NPU IR model after training.
@@ -64,8 +64,7 @@ def _fail(message: str, verbose: bool) -> None:
     _close_progress_bars()
     if verbose:
         traceback.print_exc()
-    message = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
-    click.echo(f"npuopt: error: {message}", err=True)
+    click.echo(f"npuopt: error: {one_line(message)}", err=True)
     sys.exit(1)
 
 

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 from .dtype import Dtype
-from .errors import DatasetError, PluginError
+from .errors import DatasetError, PluginError, one_line
 from .registry import PLUGINS, PluginType
 from .tensor import PyTensor
 
@@ -85,11 +85,6 @@ class _Collate:
         except RuntimeError as e:
             raise DatasetError(f"dataset '{self.name}' yields samples that cannot be stacked into a batch: "
                                f"{one_line(str(e))}") from None
-
-
-def one_line(text: str) -> str:
-    """The non-empty lines of `text`, stripped, joined by spaces."""
-    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
 _WORKER = re.compile(r"^Caught (\w+) in DataLoader (worker process \d+)\.\s*\nOriginal Traceback")

@@ -5,6 +5,11 @@ once and prints its message as one line (the traceback only with --verbose).
 """
 
 
+def one_line(text) -> str:
+    """The non-empty lines of `text`, stripped, joined by spaces: how every error is printed."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
 class NpuoptError(Exception):
     """Base of every error npuopt reports to the user."""
 

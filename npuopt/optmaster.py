@@ -49,6 +49,7 @@ class OptMaster:
         self.graph = None
         self.qgraph = None
         self.settings = None
+        self.metric_dataset = None  # opened by check_metric_data, reused by evaluate
         self.report = {"model": None, "device": str(self.device), "metrics": {"float": {}}, "outputs": {}}
 
     @property
@@ -95,13 +96,13 @@ class OptMaster:
         metrics stop the run here, before calibration and before anything is written."""
         cfg = self.cfg
         self.metric_dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
-        make_metrics(cfg.metric)  # unknown metrics and bad arguments
+        metrics = make_metrics(cfg.metric)  # unknown metrics and bad arguments, before any forward
         n = min(len(self.metric_dataset), cfg.metric_batch_size, 2)
         probe = torch.utils.data.Subset(self.metric_dataset, range(n))
         batch = next(batches(probe, cfg.dataset, n, 0))
         inputs, labels = split_batch(batch, self.graph.input_tensors, cfg.dataset, self.device)
         outputs = self.graph.forward(inputs)
-        for _, metric in make_metrics(cfg.metric):
+        for _, metric in metrics:
             metric.reset()
             metric(outputs, labels)
 
@@ -156,7 +157,9 @@ class OptMaster:
     def evaluate(self) -> None:
         from .quant.quantizer import dequantized, layer_similarity
         cfg = self.cfg
-        dataset = getattr(self, "metric_dataset", None) or make_dataset(cfg.dataset, cfg.data, cfg.label or None)
+        dataset = self.metric_dataset
+        if dataset is None:
+            dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
         graphs = [("float", self.graph)] + ([("quant", self.qgraph)] if self.qgraph is not None else [])
         metrics = {kind: make_metrics(cfg.metric) for kind, _ in graphs}
         for ms in metrics.values():

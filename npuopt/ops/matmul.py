@@ -39,8 +39,4 @@ def matmul_forward(self, *args):
 
 @quant_register(OpType.MatMul, "1.0")
 def matmul_quantize(self, *args):
-    QL.check_quantized_inputs(self)
-    a_t, b_t = self.inputs
-    out = self.outputs[0]
-    QL.quantize_activation(self, out)
-    QL.set_rescale(self, float(out.scale) / (float(a_t.scale) * float(b_t.scale)))
+    QL.quantize_rescaled(self)

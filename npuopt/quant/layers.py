@@ -10,6 +10,7 @@ IR names (docs/integer-semantics.md):
   constants negative_scale/negative_shift
   clamp of RELU/RELU6/CLIP in the integer domain: params activation_qmin, activation_qmax
 """
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import Optional
@@ -268,7 +269,6 @@ def prepare_activation(node, out: PyTensor, ratio, method: str, device=None) -> 
 
 
 def _q_of(f: float, t: PyTensor) -> int:
-    import math
     return int(math.floor(f * float(t.scale) - int(t.zerop) + 0.5))
 
 
@@ -386,18 +386,18 @@ def pass_through(node) -> None:
 
 
 def quantize_rescaled(node) -> None:
-    """Layers whose integer result is a sum over input values (AVG pooling, Reduce
-    mean/sum): the output quantized from its statistics, one rescale s_y / s_x."""
+    """Layers whose integer result is a sum of products of their inputs' integers (AVG
+    pooling and Reduce mean/sum over one input, MatMul over two): the output quantized
+    from its statistics, one rescale s_y / (product of the inputs' scales)."""
     check_quantized_inputs(node)
-    x_t, out_t = node.inputs[0], node.outputs[0]
+    out_t = node.outputs[0]
     quantize_activation(node, out_t)
-    set_rescale(node, float(out_t.scale) / float(x_t.scale))
+    set_rescale(node, float(out_t.scale) / math.prod(float(t.scale) for t in node.inputs))
 
 
 def common_shift_multipliers(ratios):
     """Multipliers for several ratios sharing one shift: the largest ratio gets a
     full MULTIPLIER_BITS multiplier, the others M_i = round_half_up(r_i * 2^shift)."""
-    import math
     big = max(abs(r) for r in ratios)
     _, shift = qmath.multiplier_and_shift(big, MULTIPLIER_BITS)
     ms = [int(math.floor(math.ldexp(r, shift) + 0.5)) for r in ratios]
