@@ -12,10 +12,12 @@ class Dtype(Enum):
     FP16 = "float16"
     BFP16 = "bfloat16"
     FP64 = "float64"
-    INT4 = "int4"
-    UINT4 = "uint4"
+    INT4 = "aligned_int4"
+    UINT4 = "aligned_uint4"
     INT8 = "int8"
     UINT8 = "uint8"
+    INT12 = "aligned_int12"
+    UINT12 = "aligned_uint12"
     INT16 = "int16"
     UINT16 = "uint16"
     INT32 = "int32"
@@ -26,15 +28,19 @@ class Dtype(Enum):
 
     @classmethod
     def from_name(cls, name: str) -> "Dtype":
+        """A dtype by its IR name; `int4`/`uint4`/`int12`/`uint12` are read as the tool
+        chain's aligned_* spellings."""
+        text = _ALIASES.get(str(name), str(name))
         try:
-            return cls(str(name))
+            return cls(text)
         except ValueError:
             known = ", ".join(d.value for d in cls)
             raise IRError(f"unknown dtype '{name}' (known: {known})") from None
 
     @classmethod
     def integer(cls, bits: int, signed: bool) -> "Dtype":
-        """The narrowest integer dtype holding `bits` bits (int2/int3 live in int4)."""
+        """The narrowest integer dtype holding `bits` bits, as the tool chain picks it
+        (2-4 bits: aligned_int4, 5-8: int8, 9-12: aligned_int12, 13-16: int16, ...)."""
         for d in cls:
             if d.is_integer and d.is_signed == signed and d.bits >= bits:
                 return d
@@ -50,7 +56,7 @@ class Dtype(Enum):
 
     @property
     def is_signed(self) -> bool:
-        return self.is_float or self.value.startswith("int")
+        return self.is_float or self.value.replace("aligned_", "").startswith("int")
 
     @property
     def bits(self) -> int:
@@ -66,8 +72,8 @@ class Dtype(Enum):
 
     @property
     def storage_bytes(self) -> int:
-        """Bytes per element in the .bin. int4/uint4 take one byte each (not packed)."""
-        return max(1, self.bits // 8)
+        """Bytes per element in the .bin: aligned int4 takes one byte, aligned int12 two."""
+        return _NP_STORAGE_BYTES[self]
 
     @property
     def numpy_storage(self) -> np.dtype:
@@ -83,21 +89,25 @@ class Dtype(Enum):
         return self.value
 
 
+_ALIASES = {"int4": "aligned_int4", "uint4": "aligned_uint4", "int12": "aligned_int12",
+            "uint12": "aligned_uint12"}
 _BITS = {
     Dtype.FP32: 32, Dtype.FP16: 16, Dtype.BFP16: 16, Dtype.FP64: 64,
-    Dtype.INT4: 4, Dtype.UINT4: 4, Dtype.INT8: 8, Dtype.UINT8: 8,
+    Dtype.INT4: 4, Dtype.UINT4: 4, Dtype.INT8: 8, Dtype.UINT8: 8, Dtype.INT12: 12, Dtype.UINT12: 12,
     Dtype.INT16: 16, Dtype.UINT16: 16, Dtype.INT32: 32, Dtype.UINT32: 32,
     Dtype.INT64: 64, Dtype.UINT64: 64, Dtype.BOOL: 8,
 }
 _NP_STORAGE = {
     Dtype.FP32: "f4", Dtype.FP16: "f2", Dtype.BFP16: "u2", Dtype.FP64: "f8",
-    Dtype.INT4: "i1", Dtype.UINT4: "u1", Dtype.INT8: "i1", Dtype.UINT8: "u1",
+    Dtype.INT4: "i1", Dtype.UINT4: "u1", Dtype.INT8: "i1", Dtype.UINT8: "u1", Dtype.INT12: "i2", Dtype.UINT12: "u2",
     Dtype.INT16: "i2", Dtype.UINT16: "u2", Dtype.INT32: "i4", Dtype.UINT32: "u4",
     Dtype.INT64: "i8", Dtype.UINT64: "u8", Dtype.BOOL: "u1",
 }
+_NP_STORAGE_BYTES = {d: np.dtype(v).itemsize for d, v in _NP_STORAGE.items()}
 _TORCH = {
     Dtype.FP32: torch.float32, Dtype.FP16: torch.float16, Dtype.BFP16: torch.bfloat16,
     Dtype.FP64: torch.float64, Dtype.INT4: torch.int8, Dtype.UINT4: torch.uint8,
+    Dtype.INT12: torch.int16, Dtype.UINT12: torch.int32,
     Dtype.INT8: torch.int8, Dtype.UINT8: torch.uint8, Dtype.INT16: torch.int16,
     Dtype.UINT16: torch.int32, Dtype.INT32: torch.int32, Dtype.UINT32: torch.int64,
     Dtype.INT64: torch.int64, Dtype.UINT64: torch.int64, Dtype.BOOL: torch.bool,

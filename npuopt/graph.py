@@ -74,6 +74,11 @@ class PyGraph:
             for t in node.inputs:
                 self._last_use[t.name] = i
 
+    @property
+    def quantized(self) -> bool:
+        """Whether this is a quantized (or mixed-precision) graph: some layer computes in integers."""
+        return any(node.quantized for node in self.nodes)
+
     def tensor(self, name: str) -> PyTensor:
         return self._tensors[name]
 

@@ -133,7 +133,7 @@ def _softmax(b, rng, x):
 
 def _lut_activations(b, rng, x):
     return [act(b, "sigmoid", x[0], "SIGMOID"), act(b, "tanh", x[0], "TANH"), act(b, "swish", x[0], "SWISH"),
-            act(b, "gelu", x[0], "GELU"), act(b, "hardswish", x[0], "HARDSWISH"),
+            act(b, "gelu", x[0], "GELU", approximate="NONE"), act(b, "hardswish", x[0], "HARDSWISH"),
             act(b, "hardsigmoid", x[0], "HARDSIGMOID"), act(b, "leakyrelu", x[0], "LEAKYRELU",
                                                              negative_slope_value=0.1),
             act(b, "relu6", x[0], "RELU6"), act(b, "clip", x[0], "CLIP", clip_min=-0.5, clip_max=1.5)]

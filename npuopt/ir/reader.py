@@ -10,6 +10,7 @@ from ..dtype import Dtype, bytes_to_tensor
 from ..errors import GraphError, IRError
 from ..graph import PyGraph, QuantizeGraph
 from ..node import PyNode
+from ..quant import fields
 from ..tensor import PyTensor
 from .values import ValueSyntaxError, parse_name_list, parse_value
 
@@ -41,6 +42,9 @@ def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=Quantize
         outputs = _names(header, "output_tensors", txt_path)
         graph.set_layers(nodes, inputs, outputs, where=txt_path)
         _check_bottoms(graph, layer_blocks, txt_path)
+        if _is_quantized_ir(header, graph):
+            for node in graph.nodes:
+                _deduce_quantized(node)
     finally:
         weights.close()
     return graph
@@ -221,7 +225,6 @@ def _is_number(value) -> bool:
 
 def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
     present = [k for k in TOP_QUANT_KEYS if k in block]
-    node.attrs["ir_top_quant_keys"] = present
     values = {k: _list_param(block, k, n_tops, path, node.name) for k in present}
     valid = {"layer_top_scale": (_is_number, "a number"), "layer_top_zp": (_is_int, "an integer"),
              "layer_top_range": (lambda r: isinstance(r, list) and len(r) == 2 and all(map(_is_number, r)),
@@ -231,17 +234,35 @@ def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
         for entry in entries:
             if not check(entry):
                 raise IRError(f"{_at(block, key, path, node.name)}: '{key}' entry '{entry}' is not {expected}")
-    for i, t in enumerate(node.outputs):
-        if "layer_top_scale" in values:
-            t.scale = values["layer_top_scale"][i]
-        if "layer_top_zp" in values:
-            t.zerop = values["layer_top_zp"][i]
-        if "layer_top_range" in values:
-            t.ir_range = values["layer_top_range"][i]
-        if t.dtype.is_integer and "layer_top_scale" in values:
-            t.qbits, t.qmin, t.qmax = t.dtype.bits, t.dtype.qmin, t.dtype.qmax
-    # a layer whose tops are quantized integers computes in integers (mixed-precision IRs)
-    node.quantized = any(t.is_quantized for t in node.outputs)
+    node.attrs["ir_top_fields"] = values  # written back as they were when the IR stays float
+    fields.read_top_fields(node, values)
+
+
+def _is_quantized_ir(header, graph) -> bool:
+    """A quantized IR (npuopt's or the tool chain's) has no compat_quantized_model header
+    key (the parser's float IRs do) and states its tops' integer quantization."""
+    if "compat_quantized_model" in header:
+        return False
+    return any(t.dtype.is_integer and "layer_top_scale" in node.attrs.get("ir_top_fields", {})
+               for node in graph.nodes for t in node.outputs)
+
+
+def _deduce_quantized(node: PyNode) -> None:
+    """Whether a layer of a quantized IR computes in integers, as the tool chain decides:
+    Quantize layers do; `unquantifiable=true` layers do not; others do unless a float
+    tensor (16 bits or more) enters or leaves them or is one of their constants (a
+    lookup table aside)."""
+    if node.type == "Quantize":
+        node.quantized = True
+    elif node.params.get("unquantifiable", False) is True:
+        node.quantized = False
+    else:
+        dtypes = [t.dtype for t in list(node.inputs) + list(node.outputs)]
+        if not any("lut" in k for k in node.constants):
+            dtypes += [c.dtype for k, c in node.constants.items() if k not in ("weights_scale", "biases_scale")]
+        node.quantized = not any(d.is_float and d.bits >= 16 for d in dtypes)
+    if node.quantized:
+        fields.read_constant_quant_fields(node)
 
 
 def _constant_names(block, where) -> List[str]:

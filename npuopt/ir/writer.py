@@ -10,6 +10,7 @@ from ..dtype import tensor_to_bytes
 from ..errors import IRError
 from ..graph import PyGraph
 from ..node import PyNode
+from ..quant import fields
 from ..tensor import PyTensor
 from .values import format_value
 
@@ -24,7 +25,7 @@ def write_graph(graph: PyGraph, txt_path: str, bin_path: str = None) -> None:
         with open(tmp_bin, "wb") as fbin:
             blocks = [_header(graph)]
             for index, node in enumerate(graph.nodes):
-                blocks.append(_layer_block(node, index, fbin))
+                blocks.append(_layer_block(node, index, fbin, graph.quantized))
         with open(tmp_txt, "w", encoding="utf-8") as ftxt:
             ftxt.write("\n\n".join("\n".join(lines) for lines in blocks) + "\n")
         os.replace(tmp_bin, bin_path)
@@ -46,17 +47,21 @@ def _names(tensors: List[PyTensor]) -> str:
 
 
 def _header(graph: PyGraph) -> List[str]:
+    """The four keys; a float IR keeps the other header keys it was read with, a
+    quantized IR has none (a float IR's compat_quantized_model/precision would make
+    the tool chain read it as float)."""
     lines = [
         _kv("model_name", graph.name),
         _kv("layer_number", len(graph.nodes)),
         "input_tensors=" + _names(graph.input_tensors),
         "output_tensors=" + _names(graph.output_tensors),
     ]
-    lines += [_kv(k, v) for k, v in graph.header.items()]
+    if not graph.quantized:
+        lines += [_kv(k, v) for k, v in graph.header.items()]
     return lines
 
 
-def _layer_block(node: PyNode, index: int, fbin) -> List[str]:
+def _layer_block(node: PyNode, index: int, fbin, quantized_graph: bool) -> List[str]:
     lines = [
         _kv("layer_id", index),
         _kv("layer_name", node.name),
@@ -68,29 +73,23 @@ def _layer_block(node: PyNode, index: int, fbin) -> List[str]:
         _kv("layer_top_shape", [list(t.ir_shape) for t in node.outputs]),
         _kv("layer_top_type", [t.dtype.value for t in node.outputs]),
     ]
-    quant_keys = list(node.attrs.get("ir_top_quant_keys", []))
-    if any(t.is_quantized for t in node.outputs):
-        quant_keys = ["layer_top_scale", "layer_top_zp"] + (
-            ["layer_top_range"] if any(t.ir_range is not None for t in node.outputs) else [])
-    for key in quant_keys:
-        lines.append(_kv(key, [_top_quant_value(t, key) for t in node.outputs]))
-    for cname, c in node.constants.items():
+    tops = fields.top_fields(node) if quantized_graph else node.attrs.get("ir_top_fields", {})
+    lines += [_kv(k, v) for k, v in tops.items()]
+    quant_params, quant_constants = fields.constant_quant_fields(node) if quantized_graph else ({}, {})
+    constants = [(cname, c.betensor, c.dtype) for cname, c in node.constants.items()]
+    constants += [(cname, value, dtype) for cname, (value, dtype) in quant_constants.items()]
+    for cname, value, dtype in constants:
         offset = fbin.tell()
-        data = tensor_to_bytes(c.betensor, c.dtype)
+        data = tensor_to_bytes(value, dtype)
         fbin.write(data)
         lines += [
-            _kv(cname + "_type", c.dtype.value),
+            _kv(cname + "_type", dtype.value),
             _kv(cname + "_offset", offset),
             _kv(cname + "_size", len(data)),
-            _kv(cname + "_shape", list(c.ir_shape)),
+            _kv(cname + "_shape", list(value.shape)),
         ]
     lines += [_kv(k, v) for k, v in node.params.items()]
+    lines += [_kv(k, v) for k, v in quant_params.items()]
+    if quantized_graph and "activation_quantization_axis" not in node.params:
+        lines.append(_kv("activation_quantization_axis", [t.key_axis for t in node.outputs]))
     return lines
-
-
-def _top_quant_value(t: PyTensor, key: str):
-    if key == "layer_top_scale":
-        return float(t.scale)
-    if key == "layer_top_zp":
-        return int(t.zerop)
-    return t.ir_range if t.ir_range is not None else [float("nan"), float("nan")]

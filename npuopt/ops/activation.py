@@ -1,24 +1,68 @@
-"""Activation layers, and the fused activation (`with_activation`) other layers apply.
+"""Activation layers, and the fused activation (`with_activation`) that Convolution,
+FullyConnected, Eltwise and others apply to their accumulator.
 
-Quantized: RELU/RELU6/CLIP/LEAKYRELU rescale A = q + zp_in by s_out/s_in with the
-common output stage (integer clamp; LEAKYRELU's negative side has its own
-multiplier); the other methods are a lookup table `lut` of output integers
-indexed by the input integer (npuopt.quant.qmath.lut_lookup)."""
+Quantized (the tool chain's arithmetic, docs/integer-semantics.md):
+* RELU/RELU6/CLIP/LEAKYRELU/PRELU rescale A = q + zp_in with the layer's
+  multiplier/shift; CLIP keeps integer bounds `clip_min/clip_max` on a
+  2^8-finer intermediate for 8-bit outputs, LEAKYRELU an integer slope
+  `negative_slope_value` with `negative_slope_shift`, PRELU an int16 constant
+  `negative_slope` with `negative_slope_shift`;
+* every other method is a lookup table `lut` indexed by the input integer.
+"""
+import math
+
 import torch
 import torch.nn.functional as F
 
+from ..dtype import Dtype
 from ..errors import IRError
-from ..quant import layers as QL
-from ..quant import qmath
+from ..quant import fields, qmath
+from ..quant import tensors as QT
+from ..quant.fields import Rescale
+from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
+
+INT48_MIN, INT48_MAX = -(1 << 47), (1 << 47) - 1
+
+
+def _p(node, key, default=None):
+    """A float param; required when no default is given."""
+    return float(node.get_param(key) if default is None else node.get_param(key, default))
 
 
 def _clip(node, x):
-    return torch.clamp(x, float(node.get_param("clip_min")), float(node.get_param("clip_max")))
+    return torch.clamp(x, _p(node, "clip_min"), _p(node, "clip_max"))
 
 
 def _leaky(node, x):
-    return F.leaky_relu(x, float(node.get_param("negative_slope_value", 0.01)))
+    return F.leaky_relu(x, _p(node, "negative_slope_value", 0.01))
+
+
+def prelu_slopes(node, x: torch.Tensor) -> torch.Tensor:
+    """The negative_slope constant shaped to broadcast against x (a leading batch axis dropped)."""
+    slope = node.get_constant("negative_slope").betensor.to(x.dtype)
+    return slope.squeeze(0) if slope.dim() >= x.dim() and slope.shape[0] == 1 else slope
+
+
+def _prelu(node, x):
+    return torch.where(x >= 0, x, x * prelu_slopes(node, x))
+
+
+def _gelu(node, x):
+    approx = str(node.get_param("approximate", "NONE")).upper()
+    if approx not in ("NONE", "TANH"):
+        raise IRError(f"layer '{node.name}' ({node.type}): unsupported approximate '{approx}' (supported: NONE, TANH)")
+    return F.gelu(x, approximate="tanh" if approx == "TANH" else "none")
+
+
+def _hardsigmoid(node, x):
+    y = x * _p(node, "alpha", 1 / 6) + _p(node, "beta", 0.5)
+    return torch.clamp(y, _p(node, "clip_min", 0.0), _p(node, "clip_max", 1.0))
+
+
+def _shrink(node, x):
+    lambd, bias = _p(node, "lambd", 0.5), _p(node, "bias", 0.0)
+    return torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, torch.zeros_like(x)))
 
 
 FLOAT_ACTIVATIONS = {
@@ -27,68 +71,184 @@ FLOAT_ACTIVATIONS = {
     "RELU6": lambda node, x: F.relu6(x),
     "CLIP": _clip,
     "LEAKYRELU": _leaky,
+    "PRELU": _prelu,
     "SIGMOID": lambda node, x: torch.sigmoid(x),
     "TANH": lambda node, x: torch.tanh(x),
-    "SWISH": lambda node, x: F.silu(x),
+    "TANH_ABS": lambda node, x: torch.tanh(x).abs(),
+    "SWISH": lambda node, x: x * torch.sigmoid(_p(node, "alpha", 1.0) * x),
     "SILU": lambda node, x: F.silu(x),
-    "HARDSIGMOID": lambda node, x: torch.clamp(x * float(node.get_param("alpha", 1 / 6)) + float(node.get_param("beta", 0.5)), 0.0, 1.0),
+    "HARDSIGMOID": _hardsigmoid,
     "HARDSWISH": lambda node, x: F.hardswish(x),
-    "GELU": lambda node, x: F.gelu(x, approximate="tanh" if node.get_param("approximate", "none") == "tanh" else "none"),
+    "GELU": _gelu,
+    "ELU": lambda node, x: F.elu(x, _p(node, "alpha", 1.0)),
+    "CELU": lambda node, x: F.celu(x, _p(node, "alpha", 1.0)),
+    "SELU": lambda node, x: _p(node, "gamma", 1.0507009873554805) * F.elu(x, _p(node, "alpha", 1.6732632423543772)),
+    "MISH": lambda node, x: F.mish(x),
+    "SOFTPLUS": lambda node, x: F.softplus(x),
+    "SOFTSIGN": lambda node, x: F.softsign(x),
+    "SHRINK": _shrink,
+    "THRESHOLDEDRELU": lambda node, x: torch.where(x > _p(node, "alpha", 1.0), x, torch.zeros_like(x)),
 }
+
+# what a layer may fuse as with_activation, and how the tool chain computes each in integers
+RESCALE_METHODS = ("RELU", "RELU6", "CLIP", "LEAKYRELU", "PRELU")
+FUSABLE = ("NONE",) + RESCALE_METHODS
+
+
+def method_of(node, key: str = "method") -> str:
+    method = str(node.get_param(key, "NONE")).upper()
+    if method not in FLOAT_ACTIVATIONS:
+        raise IRError(f"layer '{node.name}' ({node.type}): unsupported {key} '{method}' "
+                      f"(supported: {', '.join(sorted(FLOAT_ACTIVATIONS))})")
+    return method
 
 
 def float_activation(node, x: torch.Tensor, method: str) -> torch.Tensor:
-    fn = FLOAT_ACTIVATIONS.get(str(method).upper())
-    if fn is None:
-        raise IRError(f"layer '{node.name}': unsupported activation '{method}' "
-                      f"(supported: {', '.join(sorted(FLOAT_ACTIVATIONS))})")
-    return fn(node, x)
+    return FLOAT_ACTIVATIONS[method](node, x)
 
 
 def apply_fused_activation(node, x: torch.Tensor) -> torch.Tensor:
-    """The `with_activation` a Convolution, FullyConnected or Eltwise carries."""
-    return float_activation(node, x, node.get_param("with_activation", "NONE"))
+    """The float `with_activation` a Convolution, FullyConnected or Eltwise carries."""
+    return float_activation(node, x, method_of(node, "with_activation"))
 
 
-RESCALE_METHODS = ("RELU", "RELU6", "CLIP", "LEAKYRELU")
+# ---- integer forms of the rescaling methods ---------------------------------------
+def quantize_rescaling(node, method: str, out) -> None:
+    """Integer params of a rescaling activation whose output `out` is quantized: CLIP
+    bounds, LEAKYRELU slope, PRELU slopes (the rescale itself is the caller's)."""
+    if method == "CLIP":
+        lo, hi = _p(node, "clip_min"), _p(node, "clip_max")
+        if lo > hi:
+            raise IRError(f"layer '{node.name}' ({node.type}): clip_min {lo} > clip_max {hi}")
+        # the bounds clamp x * scale * 2^relay before the zero point is applied
+        finer = out.scale * (1 << clip_relay_bits(out))
+        bounds = qmath.quantize(torch.tensor([lo, hi]), finer, 0, QT.INT32_MIN, QT.INT32_MAX)
+        node.params["clip_min"], node.params["clip_max"] = int(bounds[0]), int(bounds[1])
+    elif method == "LEAKYRELU":
+        slope = _p(node, "negative_slope_value", 0.01)
+        shift = slope_shift(abs(slope))
+        value = int(round(slope * (1 << shift)))
+        node.params["negative_slope_value"] = value
+        node.params["negative_slope_type"] = Dtype.integer(max(8, value.bit_length() + (value < 0)),
+                                                           value < 0).value
+        node.params["negative_slope_shift"] = shift
+    elif method == "PRELU":
+        c = node.get_constant("negative_slope")
+        slope = c.betensor.detach().to(torch.float32)
+        shift = slope_shift(float(slope.abs().max()))
+        q = qmath.quantize(slope, float(1 << shift), 0, -32768, 32767)
+        c.betensor, c.dtype, c.ir_shape = q.to(torch.int16), Dtype.INT16, tuple(q.shape)
+        node.params["negative_slope_shift"] = shift
 
 
-def activation_quantized(self):
-    x_t, out_t = self.inputs[0], self.outputs[0]
-    method = str(self.get_param("method")).upper()
-    if method in RESCALE_METHODS:
-        M, shift = QL.get_rescale(self)
-        return QL.finish(self, QL.shifted_input(x_t), M, shift, out_t, method)
-    y = qmath.lut_lookup(x_t.betensor, self.get_constant("lut").betensor, x_t.dtype.qmin, x_t.dtype.bits)
-    return QL.store_output(self, y, out_t)
+def slope_shift(magnitude: float) -> int:
+    """The shift giving a slope of that magnitude 15 bits of precision (at most 31)."""
+    if magnitude <= 0:
+        return 15
+    return max(0, min(31, 14 - math.floor(math.log2(magnitude))))
+
+
+def clip_relay_bits(out) -> int:
+    """CLIP on 8-bit outputs clamps a value 2^8 finer than the output, then rescales it."""
+    return 8 if out.qbits <= 8 else 0
+
+
+def rescaling_forward(node, method: str, x: torch.Tensor, rescale: Rescale, out) -> torch.Tensor:
+    """The tool chain's integer activation on x (input integers with their zero point
+    added, or an accumulator), rescaled into `out`'s quantization (float64 integers)."""
+    zp, lo, hi = out.zerop, out.qmin, out.qmax
+    m, s = rescale.multiplier, rescale.shift
+    if method == "NONE":
+        return qmath.requantize(x, m, s, zp, lo, hi)
+    if method == "RELU":  # taken through float32, as the tool chain does
+        return qmath.requantize(torch.relu(x.to(torch.float32)), m, s, zp, lo, hi)
+    if method == "RELU6":
+        return qmath.requantize(torch.relu(x), m, s, zp, lo, hi)
+    if method == "CLIP":
+        relay = clip_relay_bits(out)
+        y = qmath.requantize(x, m, s - relay, 0, int(node.params["clip_min"]), int(node.params["clip_max"]))
+        return qmath.requantize(y, 1, relay, zp, lo, hi)
+    if method == "LEAKYRELU":
+        slope = int(node.get_param("negative_slope_value"))
+        shift = int(node.get_param("negative_slope_shift", out.qbits))
+    else:  # PRELU
+        slope = prelu_slopes(node, x.to(torch.float64))
+        shift = int(node.get_param("negative_slope_shift"))
+    x = x.to(torch.float64)
+    y = qmath.requantize(torch.clamp(x, max=0.0), slope, shift, -torch.clamp(x, min=0.0), INT48_MIN, INT48_MAX)
+    return qmath.requantize(y, m, s, zp, lo, hi)
+
+
+# ---- fused activations ------------------------------------------------------
+def fused_method(node) -> str:
+    method = method_of(node, "with_activation")
+    if method not in FUSABLE:
+        raise QT.Unsupported(f"layer '{node.name}' ({node.type}): fused activation '{method}' has no integer "
+                             f"form (the tool chain fuses {', '.join(FUSABLE)})")
+    return method
+
+
+def quantize_fused(node, out) -> None:
+    """The fused activation's integer params, once `out` is quantized."""
+    method = fused_method(node)
+    if method != "NONE":
+        quantize_rescaling(node, method, out)
+
+
+def fused_forward(node, acc: torch.Tensor, rescale: Rescale, out) -> torch.Tensor:
+    """Accumulator -> output integers: the fused activation and the rescale."""
+    return rescaling_forward(node, fused_method(node), acc, rescale, out)
+
+
+# ---- the Activation layer ------------------------------------------------------
+def lut_index_base(t) -> int:
+    """Code of a table's first entry: qmin, or one below it for a signed tensor with a
+    restricted (symmetric) range, whose table still spans 2^bits codes."""
+    return t.qmin - 1 if t.dtype.is_signed and -t.qmin == t.qmax else t.qmin
+
+
+def build_lut(node, fn, inp, out) -> torch.Tensor:
+    """Table of 2^k entries (k = min(input bits, lut_items_in_bits)): entry i is the
+    quantized fn at input code base + i * 2^(bits - k), so that the tool chain's
+    lookup (index = q - base, interpolated between entries) hits the samples."""
+    bits = inp.qbits
+    k = min(bits, settings_of(node).lut_items_in_bits)
+    codes = lut_index_base(inp) + torch.arange(1 << k, dtype=torch.float64) * (1 << (bits - k))
+    x = (codes + float(inp.zerop)) / float(inp.scale)
+    y = fn(x)
+    return qmath.quantize(y.to(torch.float32), out.scale, out.zerop, out.qmin, out.qmax)
+
+
+def lut_forward(node, inp, out) -> torch.Tensor:
+    table, dtype = fields.read_lut(node)
+    index = inp.betensor.to(torch.int64) - lut_index_base(inp)
+    return qmath.lut_lookup(index, table, inp.qbits, dtype.bits, dtype.is_signed)
 
 
 @quant_register(OpType.Activation, "1.0")
 def activation_quantize(self, *args):
-    method = str(self.get_param("method")).upper()
-    if method not in FLOAT_ACTIVATIONS or method == "NONE":
-        raise QL.Unsupported(f"layer '{self.name}': activation '{method}' has no integer form")
-    QL.check_quantized_inputs(self)
-    x_t, out_t = self.inputs[0], self.outputs[0]
-    QL.quantize_activation(self, out_t)
+    method = method_of(self)
+    if method == "NONE":
+        raise QT.Unsupported(f"layer '{self.name}': activation 'NONE' has no integer form")
+    QT.check_quantized_inputs(self)
+    inp, out = self.inputs[0], self.outputs[0]
+    QT.quantize_activation(self, out)
     if method in RESCALE_METHODS:
-        ratio = float(out_t.scale) / float(x_t.scale)
-        QL.set_rescale(self, ratio)
-        QL.prepare_activation(self, out_t, ratio, method)
+        Rescale.from_ratio(out.scale / inp.scale, settings_of(self).multiplier_bits).write(self)
+        quantize_rescaling(self, method, out)
         return
-    st = QL.settings_of(self)
-    in_bits = x_t.dtype.bits
-    lut_bits = qmath.lut_bits_for(in_bits, st.lut_items_in_bits)
-    lo, hi = QL.int_range(out_t)
-    table = qmath.build_lut(lambda x: float_activation(self, x, method), float(x_t.scale), int(x_t.zerop),
-                            x_t.dtype.qmin, in_bits, lut_bits, float(out_t.scale), int(out_t.zerop), lo, hi)
-    QL.set_lut(self, table, out_t.dtype)
+    fields.write_lut(self, build_lut(self, lambda x: float_activation(self, x, method), inp, out), out.dtype)
 
 
 @op_register(OpType.Activation, "1.0")
 def activation_forward(self, *args):
-    if self.quantized:
-        return activation_quantized(self)
-    out = float_activation(self, self.inputs[0].betensor, self.get_param("method"))
-    self.outputs[0].betensor = out
-    return out
+    method = method_of(self)
+    inp, out = self.inputs[0], self.outputs[0]
+    if not self.quantized:
+        out.betensor = float_activation(self, inp.betensor, method)
+        return out.betensor
+    if method in RESCALE_METHODS:
+        y = rescaling_forward(self, method, QT.shifted(inp), Rescale.read(self), out)
+    else:
+        y = lut_forward(self, inp, out)
+    return QT.store_output(self, y, out)

@@ -1,15 +1,18 @@
 """Concat along `axis`.
 
 Quantized: input i is requantized to the output's quantization,
-rounding_right_shift((q_i + zp_i) * M_i, s_i) - zp_out, saturated
-(scale_value=[M_i...], shift_value=[s_i...]); when every input shares one
-quantization the output takes it and the layer is a copy (M_i = 1, s_i = 0).
+round_half_even((q_i + zp_i) * M_i * 2^-s_i) - zp_out, saturated (scale_value=[M_i...],
+shift_value=[s_i...]); when every input shares one quantization the output takes it
+and the layer stores no multipliers (a copy).
 
 An input of batch 1 (a Constant, e.g. a ViT class token) is broadcast over the
 batch being run when the concatenation is along another axis."""
 import torch
 
-from ..quant import layers as QL
+from ..quant import qmath
+from ..quant import tensors as QT
+from ..quant.fields import BranchRescales, Rescale
+from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 
 
@@ -27,9 +30,14 @@ def concat_forward(self, *args):
     axis = int(self.get_param("axis"))
     if self.quantized:
         out_t = self.outputs[0]
-        ms, shifts = QL.get_rescale(self)
-        parts = [QL.requantize_to(self, t, out_t, int(m), int(s)) for t, m, s in zip(self.inputs, ms, shifts)]
-        return QL.store_output(self, torch.cat(batch_broadcast(parts, axis), dim=axis), out_t)
+        branches = BranchRescales.read(self, len(self.inputs))
+        if branches is None:
+            parts = [t.betensor for t in self.inputs]
+        else:
+            shifts = branches.shifts if isinstance(branches.shifts, list) else [branches.shifts] * len(self.inputs)
+            parts = [qmath.requantize(QT.shifted(t), m, s, out_t.zerop, out_t.qmin, out_t.qmax)
+                     for t, m, s in zip(self.inputs, branches.multipliers, shifts)]
+        return QT.store_output(self, torch.cat(batch_broadcast(parts, axis), dim=axis), out_t)
     out = torch.cat(batch_broadcast([t.betensor for t in self.inputs], axis), dim=axis)
     self.outputs[0].betensor = out
     return out
@@ -37,14 +45,15 @@ def concat_forward(self, *args):
 
 @quant_register(OpType.Concat, "1.0")
 def concat_quantize(self, *args):
-    QL.check_quantized_inputs(self)
+    QT.check_quantized_inputs(self)
     out = self.outputs[0]
     first = self.inputs[0]
-    if all((t.scale, t.zerop, t.dtype) == (first.scale, first.zerop, first.dtype) for t in self.inputs):
-        QL.copy_quantization(first, out)
-        QL.set_rescale_values(self, [1] * len(self.inputs), [0] * len(self.inputs))
+    if all((t.scale, t.zerop, t.dtype, t.qmin, t.qmax) == (first.scale, first.zerop, first.dtype, first.qmin,
+                                                          first.qmax) for t in self.inputs):
+        QT.copy_quantization(first, out)
         return
-    QL.quantize_activation(self, out)
-    pairs = [QL.qmath.multiplier_and_shift(float(out.scale) / float(t.scale), QL.MULTIPLIER_BITS)
-             for t in self.inputs]
-    QL.set_rescale_values(self, [m for m, _ in pairs], [s for _, s in pairs])
+    QT.quantize_activation(self, out)
+    bits = settings_of(self).multiplier_bits
+    rescales = [Rescale.from_ratio(out.scale / t.scale, bits) for t in self.inputs]
+    BranchRescales([r.multiplier for r in rescales], [r.shift for r in rescales], rescales[0].multiplier_type,
+                   [r.shift_type for r in rescales]).write(self)

@@ -1,12 +1,12 @@
 """Constant: hands on its `weights` (batch 1; consumers broadcast it over the batch).
 
-Quantized: the top is quantized like an activation whose range is the extrema of the
-values, and `weights` stores the integers themselves (the forward hands them on);
-integer-valued constants (indices) are left as they are."""
+Quantized: the top is quantized like an activation whose range is the extrema of
+the values, and `weights` stores the integers themselves (the forward hands them
+on); integer-valued constants (indices) are left as they are (qinvariant)."""
 import torch
 
-from ..quant import layers as QL
 from ..quant import qmath
+from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 
 
@@ -21,12 +21,12 @@ def constant_forward(self, *args):
 def constant_quantize(self, *args):
     c, out = self.get_constant("weights"), self.outputs[0]
     if not c.betensor.is_floating_point():
-        out.qinvariant = True
+        out.qinvariant, out.scale, out.zerop, out.qbits = True, 1.0, 0, out.dtype.bits
+        out.qmin, out.qmax = out.dtype.qmin, out.dtype.qmax
         return
     v = c.betensor.detach().to(torch.float32)
     finite = v[torch.isfinite(v)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
-    QL.quantize_activation(self, out, lo, hi)
-    qlo, qhi = QL.int_range(out)
-    c.betensor = qmath.quantize(v, out.scale, out.zerop, qlo, qhi, out.dtype.torch_dtype)
-    QL.copy_quantization(out, c)
+    QT.quantize_activation(self, out, lo, hi)
+    c.betensor = qmath.quantize(v, out.scale, out.zerop, out.qmin, out.qmax).to(out.dtype.torch_dtype)
+    QT.copy_quantization(out, c)

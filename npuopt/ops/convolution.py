@@ -1,62 +1,77 @@
-"""Convolution: NHWC activations, weights [out, kh, kw, in/group], fused activation.
+"""Convolution and DepthwiseConv: NHWC activations, weights [out, kh, kw, in/group],
+fused activation. DepthwiseConv is the parser's name for a convolution with
+group = C (weights [C*multiplier, kh, kw, 1]); it computes the same.
 
-Quantized: acc = sum w_q' * (q_x + zp_x) + b_q (exact integers), then the output
-stage of npuopt.quant.layers (per-channel or per-tensor multiplier and shift)."""
+Quantized: acc = sum (q_w + zp_w) * x' + biases, x' the input integers padded
+with -zp_x (the biases hold zp_x * sum(q_w + zp_w), so padding counts as real
+zero), then ops/_linear.py's output stage. Grouped layers get one weight scale
+per group; DepthwiseConv stores its rescale as per-channel constants."""
 import torch
 import torch.nn.functional as F
 
-from ..quant import layers as QL
+from ..errors import IRError
 from ..quant import qmath
+from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._layout import nchw_to_nhwc, nhwc_to_nchw, pad_nchw, window_params
+from ._linear import linear_output, quantize_linear
 from .activation import apply_fused_activation
 
 
+def conv_params(node, x: torch.Tensor, weights: torch.Tensor):
+    """Window params, checked against each other, the input and the weights."""
+    p = window_params(node)
+    group = node.get_param("group", 1)
+    for key, v in (("group", group),) + tuple(zip(("kernel_y", "kernel_x"), p["kernel"])) + \
+            tuple(zip(("stride_y", "stride_x"), p["stride"])) + tuple(zip(("dilation_y", "dilation_x"), p["dilation"])):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise IRError(f"layer '{node.name}' ({node.type}): {key}={v} must be a positive integer")
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in p["pads"]):
+        raise IRError(f"layer '{node.name}' ({node.type}): pads {list(p['pads'])} must be non-negative integers")
+    cin = x.shape[-1]
+    if cin % group or weights.shape[0] % group:
+        raise IRError(f"layer '{node.name}' ({node.type}): group={group} does not divide the {cin} input "
+                      f"channels and the {weights.shape[0]} output channels")
+    if weights.dim() != 4 or tuple(weights.shape[1:3]) != tuple(p["kernel"]) or weights.shape[3] * group != cin:
+        raise IRError(f"layer '{node.name}' ({node.type}): weights {list(weights.shape)} do not fit kernel "
+                      f"{list(p['kernel'])}, group {group} and {cin} input channels")
+    num_output = node.get_param("num_output", weights.shape[0])
+    if num_output != weights.shape[0]:
+        raise IRError(f"layer '{node.name}' ({node.type}): num_output={num_output} but the weights have "
+                      f"{weights.shape[0]} output channels")
+    return p, group
+
+
 def conv2d_nhwc(node, x, weights, biases):
-    """2-D convolution of an NHWC tensor with IR-layout weights."""
-    w = window_params(node)
-    top, bottom, left, right = w["pads"]
-    xin = nhwc_to_nchw(x)
-    if top == bottom and left == right:
-        padding = (top, left)
-    else:
-        xin, padding = pad_nchw(xin, w["pads"]), (0, 0)
-    out = F.conv2d(xin, weights.permute(0, 3, 1, 2), biases, w["stride"], padding,
-                   w["dilation"], node.get_param("group", 1))
+    """2-D convolution of an NHWC float tensor with IR-layout weights."""
+    p, group = conv_params(node, x, weights)
+    xin = pad_nchw(nhwc_to_nchw(x), p["pads"])
+    out = F.conv2d(xin, weights.permute(0, 3, 1, 2), biases, p["stride"], 0, p["dilation"], group)
     return nchw_to_nhwc(out)
 
 
-def conv2d_nhwc_int(node, x_t, plan):
-    """Exact integer accumulation sum w * (q_x + zp_x) of an NHWC input tensor, as an
-    NHWC float tensor holding the exact integers; padding contributes real zeros
-    (q_x + zp_x = 0)."""
-    w = window_params(node)
-    xs = nhwc_to_nchw(QL.shifted_input_scratch(x_t, torch.float32, "conv_input"))
-    top, bottom, left, right = w["pads"]
-    if top == bottom and left == right:
-        padding = (top, left)
-    else:
-        xs, padding = pad_nchw(xs, w["pads"]), (0, 0)
-    acc = qmath.exact_conv2d(xs, None, QL.shifted_absmax(x_t), w["stride"], padding,
-                             w["dilation"], node.get_param("group", 1), plan)
-    return nchw_to_nhwc(acc)
-
-
 def conv_plan(node, x_t):
-    """ConvPlan of the stored weights (+ weights_zp), cached on the node."""
-    consts = [node.constants[k].betensor for k in ("weights", "weights_zp") if k in node.constants]
-    absmax = QL.shifted_absmax(x_t)
-    return QL.cached(node, f"_conv_plan_{absmax}_{x_t.betensor.device}", consts, lambda: qmath.ConvPlan(
-        QL.weight_values(node).permute(0, 3, 1, 2), absmax, x_t.betensor.device.type))
+    """qmath.ConvPlan of the stored integer weights (+ zero points), cached while they stay."""
+    w = node.get_constant("weights")
+    key = ("_conv_plan", id(w.betensor), w.betensor._version, QT.int_absmax(x_t), x_t.betensor.device.type)
+    plan = node.attrs.get("_conv_plan")
+    if plan is None or plan[0] != key:
+        wi = QT.integer_weights(w).permute(0, 3, 1, 2)
+        plan = (key, qmath.ConvPlan(wi, QT.int_absmax(x_t), x_t.betensor.device.type))
+        node.attrs["_conv_plan"] = plan
+    return plan[1]
 
 
-def convolution_quantized(self):
-    x_t = self.inputs[0]
-    plan = conv_plan(self, x_t)
-    return QL.finish_linear(self, conv2d_nhwc_int(self, x_t, plan), plan.bound)
+def convolution_quantized(node):
+    x_t = node.inputs[0]
+    p, group = conv_params(node, x_t.betensor, node.get_constant("weights").betensor)
+    xin = pad_nchw(nhwc_to_nchw(x_t.betensor.to(torch.float32)), p["pads"], value=-float(x_t.zerop))
+    acc = qmath.exact_conv2d(xin, QT.int_absmax(x_t), p["stride"], p["dilation"], group, conv_plan(node, x_t))
+    return linear_output(node, nchw_to_nhwc(acc))
 
 
 @op_register(OpType.Convolution, "1.0")
+@op_register(OpType.DepthwiseConv, "1.0")
 def convolution_forward(self, *args):
     if self.quantized:
         return convolution_quantized(self)
@@ -68,5 +83,6 @@ def convolution_forward(self, *args):
 
 
 @quant_register(OpType.Convolution, "1.0")
+@quant_register(OpType.DepthwiseConv, "1.0")
 def convolution_quantize(self, *args):
-    QL.quantize_linear(self, axis=0)
+    quantize_linear(self, groups=self.get_param("group", 1), per_channel_constants=self.type == OpType.DepthwiseConv)

@@ -1,5 +1,5 @@
 """DeQuantize: integers back to float32 for a layer kept in float:
-f = (q + zp) / scale with the input's layer_top_scale/zp (float32 division)."""
+f = (q + zp) * (1 / scale) in float32, with the input's layer_top_scale/zp."""
 from ..quant import qmath
 from ..registry import OpType, op_register
 

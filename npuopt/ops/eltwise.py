@@ -1,17 +1,22 @@
-"""Eltwise: elementwise ADD/SUB/MUL/MAX/MIN of two inputs, with broadcasting.
+"""Eltwise: elementwise ADD/SUB/MUL/MAX/MIN of two inputs, with broadcasting and a
+fused activation.
 
-Quantized, with A = q_a + zp_a, B = q_b + zp_b (int64):
-  ADD/SUB: X = A*Ma +- B*Mb (scale_value=[Ma, Mb], one common shift_value)
-  MAX/MIN: X = max/min(A*Ma, B*Mb)
-  MUL:     X = A*B, multiplier scale_value=M (ratio s_out / (s_a*s_b))
-then the common output stage (rounding shift, fused activation, saturation)."""
+Quantized, with A = q_a + zp_a, B = q_b + zp_b (the tool chain's form):
+  ADD/SUB/MAX/MIN: X = op(A * M_a, B * M_b) with `scale_value=[M_out, M_a, M_b]`
+                   (each product saturated to [-2^31, 2^31]);
+  MUL:             X = A * B, `scale_value=M_out`;
+then the fused activation and the rescale M_out * 2^-shift_value."""
+import math
+
 import torch
 
 from ..errors import IRError
-from ..quant import layers as QL
 from ..quant import qmath
+from ..quant import tensors as QT
+from ..quant.fields import BranchRescales, Rescale
+from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
-from .activation import apply_fused_activation
+from .activation import apply_fused_activation, fused_forward, quantize_fused
 
 FLOAT_ELTWISE = {
     "ADD": torch.add,
@@ -20,6 +25,8 @@ FLOAT_ELTWISE = {
     "MAX": torch.maximum,
     "MIN": torch.minimum,
 }
+BRANCH_MULTIPLIER_MAX = 32767   # the tool chain's int16-sized branch multipliers
+BRANCH_PRODUCT_MAX = 1 << 31     # A * M_a is saturated to 32 bits
 
 
 def eltwise_method(node) -> str:
@@ -32,28 +39,39 @@ def eltwise_method(node) -> str:
     return method
 
 
-def eltwise_quantized(self, method):
-    a_t, b_t = self.inputs
-    # exact in float64: |A|, |B| < 2^17 and multipliers < 2^16
-    a = QL.shifted_input_scratch(a_t, torch.float64, "eltwise_a")
-    b = QL.shifted_input_scratch(b_t, torch.float64, "eltwise_b")
-    ab, bb = QL.shifted_absmax(a_t), QL.shifted_absmax(b_t)
-    in_place = a.shape == torch.broadcast_shapes(a.shape, b.shape)
+def branch_multipliers(ratios, absmaxes, mult_bits: int):
+    """Integers M_a, M_b, M_out and a shift >= 0 with M_i * M_out * 2^-shift ~= ratio_i:
+    the branch multipliers as large as their caps allow (<= 32767 and |A| * M_a < 2^31),
+    one common shift, M_out = 1 unless the ratios need a left shift."""
+    cap = min([BRANCH_MULTIPLIER_MAX] + [(BRANCH_PRODUCT_MAX - 1) // max(a, 1) for a in absmaxes])
+    ratio_max = max(ratios)
+    shift = math.floor(math.log2(cap / ratio_max)) if ratio_max > 0 else 0
+    m_out = 1
+    if shift < 0:  # the output is far finer than an input: M_out carries the excess
+        m_out = min((1 << min(mult_bits, 15)) - 1, 1 << -shift)
+        shift = 0
+    ms = [max(0, min(cap, int(math.floor(r * 2.0 ** shift / m_out + 0.5)))) for r in ratios]
+    return ms, m_out, shift
+
+
+def eltwise_quantized(node, method):
+    a_t, b_t = node.inputs
+    out = node.outputs[0]
+    a, b = QT.shifted(a_t), QT.shifted(b_t)
     if method == "MUL":
-        M, shift = QL.get_rescale(self)
-        return QL.finish(self, a.mul_(b) if in_place else a * b, M, shift, self.outputs[0], bound=float(ab * bb))
-    (ma, mb), shift = QL.get_rescale(self)
-    a, b = a.mul_(int(ma)), b.mul_(int(mb))
-    op = {"ADD": "add", "SUB": "sub", "MAX": "maximum", "MIN": "minimum"}[method]
-    x = getattr(a, op + "_")(b) if in_place and op in ("add", "sub") else getattr(torch, op)(a, b)
-    return QL.finish(self, x, 1, shift, self.outputs[0], bound=float(ab * abs(int(ma)) + bb * abs(int(mb))))
+        return fused_forward(node, a * b, Rescale.read(node), out)
+    branches = BranchRescales.read(node, 3)
+    m_out, m_a, m_b = branches.multipliers
+    a = qmath.requantize(a, m_a, 0, 0, -BRANCH_PRODUCT_MAX, BRANCH_PRODUCT_MAX)
+    b = qmath.requantize(b, m_b, 0, 0, -BRANCH_PRODUCT_MAX, BRANCH_PRODUCT_MAX)
+    return fused_forward(node, FLOAT_ELTWISE[method](a, b), Rescale(m_out, branches.shifts), out)
 
 
 @op_register(OpType.Eltwise, "1.0")
 def eltwise_forward(self, *args):
     method = eltwise_method(self)
     if self.quantized:
-        return eltwise_quantized(self, method)
+        return QT.store_output(self, eltwise_quantized(self, method), self.outputs[0])
     a, b = (t.betensor for t in self.inputs)
     out = apply_fused_activation(self, FLOAT_ELTWISE[method](a, b))
     self.outputs[0].betensor = out
@@ -63,19 +81,16 @@ def eltwise_forward(self, *args):
 @quant_register(OpType.Eltwise, "1.0")
 def eltwise_quantize(self, *args):
     method = eltwise_method(self)
-    act = QL.fused_activation(self)
-    if act not in QL.LINEAR_ACTIVATIONS:
-        raise QL.Unsupported(f"layer '{self.name}' (Eltwise): fused activation '{act}' has no integer form")
-    QL.check_quantized_inputs(self)
+    QT.check_quantized_inputs(self)
     a_t, b_t = self.inputs
     out = self.outputs[0]
-    QL.quantize_activation(self, out)
+    st = settings_of(self)
+    QT.quantize_activation(self, out)
     if method == "MUL":
-        ratio = float(out.scale) / (float(a_t.scale) * float(b_t.scale))
-        QL.set_rescale(self, ratio)
+        Rescale.from_ratio(out.scale / (a_t.scale * b_t.scale), st.multiplier_bits).write(self)
     else:
-        ra, rb = float(out.scale) / float(a_t.scale), float(out.scale) / float(b_t.scale)
-        ma, mb, shift = QL.common_shift_multipliers([ra, rb])
-        QL.set_rescale_values(self, [ma, mb], shift)
-        ratio = 2.0 ** -shift
-    QL.prepare_activation(self, out, ratio, act)
+        ratios = [out.scale / a_t.scale, out.scale / b_t.scale]
+        absmaxes = [QT.shifted_absmax(a_t), QT.shifted_absmax(b_t)]
+        (m_a, m_b), m_out, shift = branch_multipliers(ratios, absmaxes, st.multiplier_bits)
+        BranchRescales([m_out, m_a, m_b], shift).write(self)
+    quantize_fused(self, out)

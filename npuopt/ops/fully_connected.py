@@ -1,43 +1,49 @@
 """FullyConnected: y = x·Wᵀ + b over the last axis (weights [out, in]), leading axes kept.
 
-Quantized like Convolution (npuopt.quant.layers.quantize_linear): acc = (q_x + zp_x) ·
-(W_q + zp_w)ᵀ + b_q in exact integers, then the per-channel or per-tensor output stage
-with the fused activation."""
+Quantized like Convolution (ops/_linear.py): acc = q_x · (q_w + zp_w)ᵀ + biases in
+exact integers (the input zero point is folded into the biases), then the
+per-channel or per-tensor rescale with the fused activation."""
 import torch
 import torch.nn.functional as F
 
 from ..errors import IRError
-from ..quant import layers as QL
 from ..quant import qmath
+from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._layout import optional_constant
+from ._linear import linear_output, quantize_linear
 from .activation import apply_fused_activation
 
 
 def _check_features(node, x, weights):
-    if x.shape[-1] != weights.shape[1]:
-        raise IRError(f"layer '{node.name}': input has {x.shape[-1]} features on its last axis, "
-                      f"weights {list(weights.shape)} expect {weights.shape[1]}")
+    if weights.dim() != 2 or x.shape[-1] != weights.shape[1]:
+        raise IRError(f"layer '{node.name}' ({node.type}): input has {x.shape[-1]} features on its last axis, "
+                      f"weights {list(weights.shape)} expect [num_output, {x.shape[-1]}]")
+    num_output = node.get_param("num_output", weights.shape[0])
+    if num_output != weights.shape[0]:
+        raise IRError(f"layer '{node.name}' ({node.type}): num_output={num_output} but the weights have "
+                      f"{weights.shape[0]} rows")
 
 
 def _integer_weights(node, absmax: int):
-    """(W + zp_w)ᵀ as float32 [in, out] and the accumulator bound (which also picks
-    exact_matmul's float32 or float64 product), built once per stored weights."""
-    consts = [node.constants[k].betensor for k in ("weights", "weights_zp") if k in node.constants]
-
-    def make():
-        w = QL.weight_values(node)
-        return w.t().to(torch.float32).contiguous(), qmath.conv_bound(w, absmax)
-    return QL.cached(node, f"_fc_weights_{absmax}", consts, make)
+    """(q_w + zp_w)ᵀ as float32 [in, out] and the accumulator bound, built once per stored weights."""
+    w = node.get_constant("weights")
+    key = (id(w.betensor), w.betensor._version, absmax)
+    cached = node.attrs.get("_fc_weights")
+    if cached is None or cached[0] != key:
+        wi = QT.integer_weights(w)
+        cached = (key, wi.t().to(torch.float32).contiguous(), qmath.l1_bound(wi, absmax))
+        node.attrs["_fc_weights"] = cached
+    return cached[1], cached[2]
 
 
 def fully_connected_quantized(self):
     x_t = self.inputs[0]
     _check_features(self, x_t.betensor, self.get_constant("weights").betensor)
-    absmax = QL.shifted_absmax(x_t)
+    absmax = QT.int_absmax(x_t)
     wt, bound = _integer_weights(self, absmax)
-    acc = qmath.exact_matmul(QL.shifted_input(x_t, torch.float32), wt, bound=bound)
-    return QL.finish_linear(self, acc, bound)
+    acc = qmath.exact_matmul(x_t.betensor.to(torch.float32), wt, bound=bound)
+    return linear_output(self, acc)
 
 
 @op_register(OpType.FullyConnected, "1.0")
@@ -54,4 +60,4 @@ def fully_connected_forward(self, *args):
 
 @quant_register(OpType.FullyConnected, "1.0")
 def fully_connected_quantize(self, *args):
-    QL.quantize_linear(self, axis=0)
+    quantize_linear(self)

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import IRError
-from ..quant import layers as QL
+from ..quant import tensors as QT
+from ..quant import layers as QL  # noqa: F401  (being ported)
 from ..quant import qmath
 from ..registry import OpType, op_register, quant_register
 from ._layout import axis_list
@@ -96,6 +97,7 @@ def _norm_shift(count: int, width: int, s_x: float, eps: float):
 
 @quant_register(OpType.LayerNorm, "1.0")
 def layernorm_quantize(self, *args):
+    raise QT.Unsupported(f"layer '{self.name}' ({self.type}): quantized form not ported to the tool chain's format yet")
     """Integer weights (gamma) under the weight settings, flattened to [N] so per channel
     means per normalized element; norm_shift/variance_bias from the input's range and
     scale; norm_bits F as large as the int32 biases (beta * s_n * s_w) and the int64

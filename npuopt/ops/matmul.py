@@ -1,11 +1,14 @@
 """MatMul: batched matrix product of two inputs, optionally transposing either one's last two axes.
 
-Quantized like Eltwise MUL: acc = A @ B with A = q_a + zp_a, B = q_b + zp_b (exact
-integers), then the output stage with one multiplier/shift for s_out / (s_a * s_b)."""
+Quantized: acc = A @ B with A = q_a + zp_a, B = q_b + zp_b in exact integers, then
+one multiplier/shift for s_out / (s_a * s_b). (The tool chain takes this product
+in float32, which equals the exact integers while partial sums stay below 2^24.)"""
 import torch
 
-from ..quant import layers as QL
 from ..quant import qmath
+from ..quant import tensors as QT
+from ..quant.fields import Rescale
+from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 
 
@@ -19,12 +22,10 @@ def _operands(node, a, b):
 
 def matmul_quantized(self):
     a_t, b_t = self.inputs
-    # |A|, |B| < 2^17: exact in float32; exact_matmul keeps the sums exact
-    a, b = _operands(self, QL.shifted_input(a_t, torch.float32), QL.shifted_input(b_t, torch.float32))
-    acc = qmath.exact_matmul(a, b, QL.shifted_absmax(a_t))
-    M, shift = QL.get_rescale(self)
-    bound = float(acc.abs().max()) if acc.numel() else 0.0
-    return QL.finish(self, acc, M, shift, self.outputs[0], "NONE", bound=bound)
+    out = self.outputs[0]
+    a, b = _operands(self, QT.shifted(a_t, torch.float32), QT.shifted(b_t, torch.float32))
+    acc = qmath.exact_matmul(a, b, QT.shifted_absmax(a_t))
+    return QT.store_output(self, Rescale.read(self).apply(acc, out.zerop, out.qmin, out.qmax), out)
 
 
 @op_register(OpType.MatMul, "1.0")
@@ -39,4 +40,8 @@ def matmul_forward(self, *args):
 
 @quant_register(OpType.MatMul, "1.0")
 def matmul_quantize(self, *args):
-    QL.quantize_rescaled(self)
+    QT.check_quantized_inputs(self)
+    a_t, b_t = self.inputs
+    out = self.outputs[0]
+    QT.quantize_activation(self, out)
+    Rescale.from_ratio(out.scale / (a_t.scale * b_t.scale), settings_of(self).multiplier_bits).write(self)

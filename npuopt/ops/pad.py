@@ -1,5 +1,6 @@
-"""Pad: [before, after] per axis; CONSTANT, REFLECT (edge not repeated) or SYMMETRIC
-(edge repeated), on any axes of any layout; negative pads crop.
+"""Pad: [before, after] per axis; CONSTANT, REFLECT (edge not repeated), SYMMETRIC
+(edge repeated), EDGE (edge value repeated) or WRAP (periodic), on any axes of any
+layout; negative pads crop.
 
 Quantized: the input's quantization is passed through and the same code moves the
 integers; CONSTANT pads with the integer the quantized IR stores as `constant_value`
@@ -8,18 +9,23 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import IRError
-from ..quant import layers as QL
+from ..quant import tensors as QT
 from ..quant import qmath
 from ..registry import OpType, op_register, quant_register
 from ._layout import param_choice
 
-PAD_MODES = ["CONSTANT", "REFLECT", "SYMMETRIC"]
+PAD_MODES = ["CONSTANT", "REFLECT", "SYMMETRIC", "EDGE", "WRAP"]
 
 
-def _mirror_index(size, before, after, symmetric, device):
-    """Source index of every padded position: mirroring is periodic, so pads wider
-    than the axis keep reflecting (as NumPy's pad does)."""
+def _source_index(size, before, after, mode, device):
+    """Source index of every padded position along one axis. Mirroring is periodic,
+    so pads wider than the axis keep reflecting (as NumPy's pad does)."""
     pos = torch.arange(-before, size + after, device=device)
+    if mode == "EDGE":
+        return pos.clamp(0, size - 1)
+    if mode == "WRAP":
+        return pos.remainder(size)
+    symmetric = mode == "SYMMETRIC"
     period = 2 * size if symmetric else max(2 * (size - 1), 1)
     folded = pos.remainder(period)
     return torch.where(folded < size, folded, period - int(symmetric) - folded)
@@ -49,7 +55,9 @@ def pad_forward(self, *args):
         out = x
         for axis, (before, after) in enumerate(pads):
             if before or after:
-                index = _mirror_index(x.shape[axis], before, after, mode == "SYMMETRIC", x.device)
+                if x.shape[axis] == 0:
+                    raise IRError(f"layer '{self.name}': cannot pad an empty axis {axis} in {mode} mode")
+                index = _source_index(x.shape[axis], before, after, mode, x.device)
                 out = out.index_select(axis, index)
     self.outputs[0].betensor = out
     return out
@@ -57,9 +65,8 @@ def pad_forward(self, *args):
 
 @quant_register(OpType.Pad, "1.0")
 def pad_quantize(self, *args):
-    QL.pass_through(self)
+    QT.pass_through(self)
     if param_choice(self, "mode", PAD_MODES, "CONSTANT") == "CONSTANT":
         out = self.outputs[0]
-        lo, hi = QL.int_range(out)
         value = torch.tensor([float(self.get_param("constant_value", 0.0))])
-        self.params["constant_value"] = int(qmath.quantize(value, out.scale, out.zerop, lo, hi)[0])
+        self.params["constant_value"] = int(qmath.quantize(value, out.scale, out.zerop, out.qmin, out.qmax)[0])

@@ -1,8 +1,8 @@
 """Quantize: a float tensor (from a layer kept in float) into integers, at the
-boundary of a mixed-precision graph: q = round_half_up(f * scale - zp) in float32,
-saturated to the top's dtype (scale/zp: the top's layer_top_scale/zp)."""
-from ..quant import layers as QL
+boundary of a mixed-precision graph: q = round_half_even(fl32(fl32(scale * f) - zp)),
+saturated to the top's range (scale/zp: the top's layer_top_scale/zp)."""
 from ..quant import qmath
+from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 
 
@@ -10,13 +10,12 @@ from ..registry import OpType, op_register, quant_register
 def quantize_forward(self, *args):
     x, out = self.inputs[0].betensor, self.outputs[0]
     if self.quantized and x.is_floating_point():
-        lo, hi = QL.int_range(out)
-        out.betensor = qmath.quantize(x, out.scale, out.zerop, lo, hi, out.dtype.torch_dtype)
-    else:
-        out.betensor = x
-    return out.betensor
+        return QT.store_output(self, qmath.quantize(x, out.scale, out.zerop, out.qmin, out.qmax), out)
+    out.betensor = x
+    return x
 
 
 @quant_register(OpType.Quantize, "1.0")
 def quantize_quantize(self, *args):
-    QL.quantize_activation(self, self.outputs[0])
+    QT.quantize_activation(self, self.outputs[0])
+    self.params["round_mode"] = "ROUND_TO_EVEN"

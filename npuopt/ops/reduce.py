@@ -8,7 +8,8 @@ import math
 
 import torch
 
-from ..quant import layers as QL
+from ..quant import tensors as QT
+from ..quant import layers as QL  # noqa: F401  (being ported)
 from ..registry import OpType, op_register, quant_register
 from ._layout import axis_list, param_choice
 
@@ -50,6 +51,7 @@ def reduce_forward(self, *args):
 
 @quant_register(OpType.Reduce, "1.0")
 def reduce_quantize(self, *args):
+    raise QT.Unsupported(f"layer '{self.name}' ({self.type}): quantized form not ported to the tool chain's format yet")
     if reduce_method(self) in PASS_THROUGH:
         QL.pass_through(self)
         return

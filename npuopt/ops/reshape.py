@@ -1,7 +1,7 @@
 """Reshape to the IR's `shape`; its first axis follows the batch actually run.
 
 Quantized: the same integers, the input's quantization passed through."""
-from ..quant import layers as QL
+from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 
 
@@ -25,4 +25,4 @@ def reshape_forward(self, *args):
 
 @quant_register(OpType.Reshape, "1.0")
 def reshape_quantize(self, *args):
-    QL.pass_through(self)
+    QT.pass_through(self)

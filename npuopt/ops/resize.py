@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import IRError
-from ..quant import layers as QL
+from ..quant import tensors as QT
+from ..quant import layers as QL  # noqa: F401  (being ported)
 from ..quant import qmath
 from ..registry import OpType, op_register, quant_register
 from ._layout import nchw_to_nhwc, nhwc_to_nchw, param_choice
@@ -134,6 +135,7 @@ def resize_forward(self, *args):
 
 @quant_register(OpType.Resize, "1.0")
 def resize_quantize(self, *args):
+    raise QT.Unsupported(f"layer '{self.name}' ({self.type}): quantized form not ported to the tool chain's format yet")
     """Both methods keep the input's quantization: bilinear values are convex
     combinations of the inputs, so they stay inside its range."""
     QL.pass_through(self)

@@ -3,7 +3,7 @@ strides reverse; the batch axis, when the IR takes it whole, follows the batch a
 
 Quantized: the same code picks the integers; the input's quantization is passed through."""
 from ..errors import IRError
-from ..quant import layers as QL
+from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 
 
@@ -44,4 +44,4 @@ def slice_forward(self, *args):
 
 @quant_register(OpType.Slice, "1.0")
 def slice_quantize(self, *args):
-    QL.pass_through(self)
+    QT.pass_through(self)

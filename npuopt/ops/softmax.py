@@ -7,7 +7,8 @@ q_out = round_div(e * Q, S) with Q = 2^bits - 1 the unsigned output's qmax, so t
 output scale is Q and zp 0 (softmax values in [0, 1])."""
 import torch
 
-from ..quant import layers as QL
+from ..quant import tensors as QT
+from ..quant import layers as QL  # noqa: F401  (being ported)
 from ..quant import qmath
 from ..registry import OpType, op_register, quant_register
 
@@ -31,6 +32,7 @@ def softmax_forward(self, *args):
 
 @quant_register(OpType.Softmax, "1.0")
 def softmax_quantize(self, *args):
+    raise QT.Unsupported(f"layer '{self.name}' ({self.type}): quantized form not ported to the tool chain's format yet")
     QL.check_quantized_inputs(self)
     x_t, out_t = self.inputs[0], self.outputs[0]
     st = QL.settings_of(self)

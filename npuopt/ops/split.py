@@ -4,7 +4,7 @@ Quantized: the same code moves the integers; every top takes the input's quantiz
 import torch
 
 from ..errors import IRError
-from ..quant import layers as QL
+from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 
 
@@ -24,4 +24,4 @@ def split_forward(self, *args):
 
 @quant_register(OpType.Split, "1.0")
 def split_quantize(self, *args):
-    QL.pass_through(self)
+    QT.pass_through(self)

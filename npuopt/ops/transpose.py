@@ -2,7 +2,7 @@
 
 Quantized: the same integers, the input's quantization passed through."""
 from ..errors import IRError
-from ..quant import layers as QL
+from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 
 
@@ -19,4 +19,4 @@ def transpose_forward(self, *args):
 
 @quant_register(OpType.Transpose, "1.0")
 def transpose_quantize(self, *args):
-    QL.pass_through(self)
+    QT.pass_through(self)

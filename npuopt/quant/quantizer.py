@@ -19,7 +19,8 @@ from ..node import PyNode
 from ..registry import OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from . import qmath
-from .layers import QuantSettings, Unsupported
+from .settings import QuantSettings
+from .tensors import Unsupported
 from .statistics import Statistics
 from .strategies import check_strategy
 
@@ -186,10 +187,18 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
                 node.attrs["qsettings"] = settings.get(node.name) or settings[node.attrs["boundary_of"]]
                 node.quantize()
                 node.quantized = True
+            mark_unquantifiable(graph)
             return graph, keep_float
         except Unsupported as e:
             OPT_WARN(f"{e}; kept in float (mixed precision)")
             keep_float.add(node.name)
+
+
+def mark_unquantifiable(graph) -> None:
+    """`unquantifiable` on every layer, as the tool chain writes it: true for layers kept
+    in float and for the Quantize/DeQuantize layers at their boundaries."""
+    for node in graph.nodes:
+        node.params["unquantifiable"] = (not node.quantized) or node.type in BOUNDARY_TYPES
 
 
 def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:

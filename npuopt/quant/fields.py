@@ -1,0 +1,265 @@
+"""How quantization is spelled in the IR: the one module that writes and reads the
+fields of the tool chain's quantized format (docs/integer-semantics.md, "IR fields").
+
+* `Rescale`: one multiplier/shift pair. Per tensor as params `<p>scale_value`,
+  `<p>shift_value`, `<p>scale_type`, `<p>shift_type`; per channel as constants
+  `<p>scale`, `<p>shift` (uint16 multipliers sharing one shift, as the NPU's
+  per-channel rescale needs).
+* `BranchRescales`: one multiplier per input branch and output (Eltwise
+  ADD/SUB/MAX/MIN: `scale_value=[M_out, M_a, M_b]` with one shift; Concat: a
+  multiplier and a shift per input), lists of types.
+* `Lut`: a lookup table constant and its dtype.
+* the quantization of a layer's tops (`layer_top_type/range/scale/zp`) and of its
+  weights and biases (`weights_scale`, `weights_zp`, `biases_scale`,
+  `biases_zp`: params per tensor, constants per channel).
+"""
+from dataclasses import dataclass
+from typing import List, Optional, Union
+
+import torch
+
+from ..dtype import Dtype
+from ..errors import IRError
+from ..tensor import PyTensor
+from . import qmath
+
+IntOrTensor = Union[int, torch.Tensor]
+SHIFT_DTYPE = Dtype.INT8
+QUANTIZED_CONSTANTS = ("weights", "biases")
+
+
+def multiplier_dtype(mult_bits: int) -> Dtype:
+    """The tool chain's multiplier register type: uint8 for multipliers of up to 8 bits, else uint16."""
+    return Dtype.UINT8 if mult_bits <= 8 else Dtype.UINT16
+
+
+def shift_dtype(shifts) -> Dtype:
+    """int8 unless the shifts need more (as the tool chain types them)."""
+    values = shifts.reshape(-1).tolist() if isinstance(shifts, torch.Tensor) else [shifts]
+    lo, hi = min(values + [-1]), max(values)
+    if -128 <= lo and hi <= 127:
+        return Dtype.INT8
+    return Dtype.INT16 if -32768 <= lo and hi <= 32767 else Dtype.INT32
+
+
+def set_constant(node, name: str, value: torch.Tensor, dtype: Dtype) -> PyTensor:
+    value = value.detach().reshape(value.shape).to(dtype.torch_dtype)
+    t = PyTensor(name, value, dtype, tuple(value.shape))
+    node.constants[name] = t
+    return t
+
+
+def _param_or_constant(node, param: str, constant: str):
+    if constant in node.constants:
+        return node.constants[constant].betensor.to(torch.int64)
+    if param in node.params:
+        return node.params[param]
+    return None
+
+
+@dataclass
+class Rescale:
+    """x -> round(x * multiplier * 2^-shift): ints, or int64 tensors per channel."""
+    multiplier: IntOrTensor
+    shift: IntOrTensor
+    multiplier_type: Dtype = Dtype.UINT16
+    shift_type: Dtype = SHIFT_DTYPE
+
+    @property
+    def per_channel(self) -> bool:
+        return isinstance(self.multiplier, torch.Tensor) and self.multiplier.numel() > 1
+
+    @classmethod
+    def from_ratio(cls, ratio, mult_bits: int, force_shift_positive: bool = False,
+                   unify_shifts: bool = True) -> "Rescale":
+        """The multiplier/shift of `ratio` (a number, or a tensor per channel), as the
+        tool chain chooses them: at most `mult_bits` (<= 15) bits; per channel with
+        one common shift and multipliers <= 32767 unless `unify_shifts` is off."""
+        m, s = qmath.scale_approximation(ratio, mult_bits, force_shift_positive=force_shift_positive)
+        if isinstance(m, torch.Tensor) and m.numel() > 1:
+            if unify_shifts:
+                m, s = qmath.unify_shifts(m, s)
+                return cls(m, s, Dtype.UINT16, shift_dtype(s))
+            return cls(m, s, multiplier_dtype(mult_bits), shift_dtype(s))
+        if isinstance(m, torch.Tensor):
+            m, s = int(m.reshape(-1)[0]), int(s.reshape(-1)[0])
+        return cls(m, s, multiplier_dtype(mult_bits), shift_dtype(s))
+
+    def write(self, node, prefix: str = "") -> None:
+        names = (f"{prefix}scale", f"{prefix}shift", f"{prefix}scale_value", f"{prefix}shift_value",
+                 f"{prefix}scale_type", f"{prefix}shift_type")
+        for k in names:
+            node.params.pop(k, None)
+            node.constants.pop(k, None)
+        if self.per_channel:
+            set_constant(node, f"{prefix}scale", self.multiplier, self.multiplier_type)
+            set_constant(node, f"{prefix}shift", torch.as_tensor(self.shift).expand_as(self.multiplier),
+                         self.shift_type)
+            return
+        node.params[f"{prefix}scale_value"] = int(self.multiplier)
+        node.params[f"{prefix}shift_value"] = int(self.shift)
+        node.params[f"{prefix}scale_type"] = self.multiplier_type.value
+        node.params[f"{prefix}shift_type"] = self.shift_type.value
+
+    @classmethod
+    def read(cls, node, prefix: str = "", required: bool = True) -> Optional["Rescale"]:
+        """The rescale a quantized layer stores (constants win over params, as in the tool chain)."""
+        m = _param_or_constant(node, f"{prefix}scale_value", f"{prefix}scale")
+        s = _param_or_constant(node, f"{prefix}shift_value", f"{prefix}shift")
+        if m is None or s is None:
+            if not required:
+                return None
+            missing = f"{prefix}scale_value" if m is None else f"{prefix}shift_value"
+            raise IRError(f"layer '{node.name}' ({node.type}): quantized, but '{missing}' "
+                          f"(or the constant '{missing[:-6]}') is missing")
+        return cls(_int_or_tensor(m, node, prefix + "scale"), _int_or_tensor(s, node, prefix + "shift"))
+
+    def apply(self, x: torch.Tensor, zp, qmin, qmax) -> torch.Tensor:
+        """qmath.requantize with this rescale (per channel: along the last axis)."""
+        return qmath.requantize(x, self.multiplier, self.shift, zp, qmin, qmax)
+
+
+def _int_or_tensor(v, node, what):
+    if isinstance(v, torch.Tensor):
+        return v if v.numel() > 1 else int(v.reshape(-1)[0])
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        raise IRError(f"layer '{node.name}' ({node.type}): {what} value '{v}' is not an integer")
+    return int(v)
+
+
+@dataclass
+class BranchRescales:
+    """One multiplier per branch (and for Eltwise one for the output first), shifts
+    either one common value or one per branch."""
+    multipliers: List[IntOrTensor]
+    shifts: Union[IntOrTensor, List[IntOrTensor]]
+    multiplier_type: Dtype = Dtype.UINT16
+    shift_types: Union[Dtype, List[Dtype]] = SHIFT_DTYPE
+
+    def write(self, node) -> None:
+        for k in ("scale", "shift", "scale_value", "shift_value", "scale_type", "shift_type"):
+            node.params.pop(k, None)
+            node.constants.pop(k, None)
+        per_channel = any(isinstance(m, torch.Tensor) and m.numel() > 1 for m in self.multipliers)
+        if per_channel:
+            set_constant(node, "scale", torch.stack([torch.as_tensor(m) for m in self.multipliers]),
+                         self.multiplier_type)
+            shifts = torch.stack([torch.as_tensor(s) for s in self.shifts]) if isinstance(self.shifts, list) \
+                else torch.as_tensor(self.shifts)
+            set_constant(node, "shift", shifts, self.shift_types if isinstance(self.shift_types, Dtype)
+                         else self.shift_types[0])
+            return
+        node.params["scale_value"] = [int(m) for m in self.multipliers]
+        node.params["shift_value"] = [int(s) for s in self.shifts] if isinstance(self.shifts, list) \
+            else int(self.shifts)
+        node.params["scale_type"] = [self.multiplier_type.value] * len(self.multipliers)
+        node.params["shift_type"] = [t.value for t in self.shift_types] if isinstance(self.shift_types, list) \
+            else self.shift_types.value
+
+    @classmethod
+    def read(cls, node, count: int) -> Optional["BranchRescales"]:
+        """The stored multipliers/shifts, or None when the layer stores none (its inputs
+        already share the output's quantization)."""
+        m = _param_or_constant(node, "scale_value", "scale")
+        s = _param_or_constant(node, "shift_value", "shift")
+        if m is None:
+            return None
+        ms = list(m) if isinstance(m, (list, torch.Tensor)) else [m]
+        if len(ms) != count:
+            raise IRError(f"layer '{node.name}' ({node.type}): scale_value has {len(ms)} multipliers, "
+                          f"expected {count}")
+        shifts = 0 if s is None else (list(s) if isinstance(s, list) else s)
+        return cls([_int_or_tensor(v, node, "scale") for v in ms],
+                   [_int_or_tensor(v, node, "shift") for v in shifts] if isinstance(shifts, list)
+                   else _int_or_tensor(shifts, node, "shift"))
+
+
+def write_lut(node, table: torch.Tensor, dtype: Dtype, name: str = "lut") -> None:
+    set_constant(node, name, table, dtype)
+
+
+def read_lut(node, name: str = "lut"):
+    """(table as int64, its dtype)."""
+    c = node.get_constant(name)
+    return c.betensor.to(torch.int64), c.dtype
+
+
+# ---- tensors ----------------------------------------------------------------
+def top_fields(node) -> dict:
+    """layer_top_range/scale/zp of a layer whose tops are quantized ([] when none is)."""
+    tops = node.outputs
+    if not any(t.is_quantized or t.qinvariant for t in tops):
+        return {}
+    out = {"layer_top_range": [], "layer_top_scale": [], "layer_top_zp": []}
+    for t in tops:
+        if t.dtype.is_float:
+            lo, hi = [float("-inf"), float("inf")]
+        else:
+            lo = t.qmin if t.qmin is not None else t.dtype.qmin
+            hi = t.qmax if t.qmax is not None else t.dtype.qmax
+        out["layer_top_range"].append([int(lo), int(hi)] if t.dtype.is_integer else [lo, hi])
+        out["layer_top_scale"].append(_float32(t.scale))
+        out["layer_top_zp"].append(int(t.zerop))
+    return out
+
+
+def _float32(v) -> float:
+    """A scale as the float32 value the tool chain reads back."""
+    return float(torch.tensor(float(v), dtype=torch.float32).item())
+
+
+def read_top_fields(node, values: dict) -> None:
+    """Tensor quantization from parsed layer_top_* lists (validated by the reader)."""
+    for i, t in enumerate(node.outputs):
+        if "layer_top_scale" in values:
+            t.scale = _float32(values["layer_top_scale"][i])
+        if "layer_top_zp" in values:
+            t.zerop = int(values["layer_top_zp"][i])
+        if t.dtype.is_integer and ("layer_top_scale" in values or "layer_top_range" in values):
+            t.qbits = t.dtype.bits
+            t.qmin, t.qmax = t.dtype.qmin, t.dtype.qmax
+            if "layer_top_range" in values:
+                lo, hi = values["layer_top_range"][i]
+                t.qmin, t.qmax = int(lo), int(hi)
+
+
+def constant_quant_fields(node):
+    """(params, constants) that state the weights'/biases' quantization:
+    <c>_scale/<c>_zp as params when per tensor, float32/int32 constants per channel."""
+    params, constants = {}, {}
+    for key in QUANTIZED_CONSTANTS:
+        c = node.constants.get(key)
+        if c is None or not c.is_quantized:
+            continue
+        if isinstance(c.scale, torch.Tensor) and c.scale.numel() > 1:
+            constants[f"{key}_scale"] = (c.scale.to(torch.float32), Dtype.FP32)
+            zp = torch.as_tensor(c.zerop).reshape(-1)
+            constants[f"{key}_zp"] = (zp.to(torch.int32) if key == "weights" else zp.to(torch.int64),
+                                      Dtype.INT32 if key == "weights" else Dtype.INT64)
+        else:
+            params[f"{key}_scale"] = _float32(c.scale)
+            params[f"{key}_zp"] = int(c.zerop)
+    return params, constants
+
+
+def read_constant_quant_fields(node) -> None:
+    """Move <c>_scale/<c>_zp (params or constants) onto the weights/biases constants,
+    where the integer forward reads them."""
+    for key in QUANTIZED_CONSTANTS:
+        c = node.constants.get(key)
+        if c is None or not c.dtype.is_integer:
+            continue
+        for suffix, attr in (("_scale", "scale"), ("_zp", "zerop")):
+            name = key + suffix
+            if name in node.constants:
+                v = node.constants.pop(name).betensor
+                v = v.to(torch.float32) if attr == "scale" else v.to(torch.int64)
+                setattr(c, attr, v if v.numel() > 1 else (float(v.reshape(-1)[0]) if attr == "scale"
+                                                           else int(v.reshape(-1)[0])))
+            elif name in node.params:
+                v = node.params.pop(name)
+                setattr(c, attr, float(v) if attr == "scale" else int(v))
+        c.qbits = c.dtype.bits
+        c.qmin, c.qmax = c.dtype.qmin, c.dtype.qmax
+        if isinstance(c.scale, torch.Tensor) or isinstance(c.zerop, torch.Tensor):
+            c.key_axis = 0
