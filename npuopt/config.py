@@ -127,6 +127,12 @@ register_field("quantize_method_for_activation", "per_tensor_symmetric_full_rang
 register_field("weight_bits", "8", _int_in(2, 16), "bits of quantized weights", "an integer from 2 to 16")
 register_field("activation_bits", "8", _int_of(8, 16), "bits of quantized activations", "8 or 16")
 register_field("bias_bits", "32", _int_of(32), "bits of quantized biases", "32")
+register_field("multiplier_bits", "", lambda s: int(_int_in(2, 15)(s)) if s else 0,
+               "bits of rescale multipliers; empty: the activation bits (at most 15), as the tool chain does",
+               "empty or an integer from 2 to 15")
+register_field("unify_shifts_for_aiff", "true", _bool,
+               "per-channel rescales share one shift (the NPU's AIFF unit needs it); false: a shift per channel",
+               "true or false")
 register_field("lut_items_in_bits", "8", _int_in(6, 16), "a lookup table has 2**lut_items_in_bits entries", "an integer from 6 to 16")
 register_field("calibration_strategy_for_weight", "extrema", _strategy, "how weight statistics become a quantization range", _STRATEGY_ACCEPTS)
 register_field("calibration_strategy_for_activation", "mean", _strategy, "how activation statistics become a quantization range", _STRATEGY_ACCEPTS)

@@ -10,8 +10,8 @@ only. Prints the first mismatching element of each tensor that differs, then
 one last line: `PASS NAME` or `FAIL NAME: N mismatches in tensor T` (T the first
 such tensor in the order the layers run). Exit status 0 on PASS.
 
-`run_case(folder)` does the whole op test (quantize, run the runner, compare)
-in this process, for the pytest suite.
+`run_case(folder, overrides)` does the whole op test (quantize, run the runner,
+compare) in this process, for the pytest suite.
 """
 import argparse
 import json
@@ -85,9 +85,10 @@ def case_inputs(folder: str) -> List[str]:
     return [os.path.join(folder, f"in{i}.npy") for i in range(count)]
 
 
-def run_case(folder: str) -> Tuple[bool, str]:
-    """What the folder's run.sh does, in this process: quantize with npuopt,
-    run npuopt-run with --dump, compare. Returns (passed, the PASS/FAIL line)."""
+def run_case(folder: str, overrides: Dict[str, str] = None) -> Tuple[bool, str]:
+    """What run_one.sh does, in this process: quantize with npuopt (`overrides`: cfg
+    fields, as run_one.sh's --set), run npuopt-run with --dump, compare. Returns
+    (passed, the PASS/FAIL line)."""
     import contextlib
     import io
     import shutil
@@ -104,7 +105,7 @@ def run_case(folder: str) -> Tuple[bool, str]:
     os.makedirs(work)
     try:
         load_plugins()
-        OptMaster(load_config(os.path.join(folder, "opt.cfg"))).run()
+        OptMaster(load_config(os.path.join(folder, "opt.cfg"), overrides)).run()
     except NpuoptError as e:
         return False, f"FAIL {name}: npuopt: error: {e}"
     ir = os.path.join(work, f"{name}_o.txt")

@@ -1,11 +1,13 @@
 #!/bin/sh
-# One op test: sh op_tests/run_one.sh FOLDER
+# One op test: sh op_tests/run_one.sh FOLDER [--set FIELD=VALUE ...]
 # Quantizes FOLDER/opt.cfg with npuopt (the IR is FOLDER/NAME.txt, NAME the
-# folder's name), runs npuopt-run on the quantized IR with FOLDER's in0.npy,
-# in1.npy, ... as inputs, and compares every tensor with npuopt's quantized
-# forward (compare.py). Last line: PASS NAME or FAIL NAME: why.
+# folder's name; the --set options override the cfg's fields), runs npuopt-run
+# on the quantized IR with FOLDER's in0.npy, in1.npy, ... as inputs, and
+# compares every tensor with npuopt's quantized forward (compare.py).
+# Last line: PASS NAME or FAIL NAME: why.
 # Needs npuopt and npuopt-run on PATH (the venv); PYTHON picks the interpreter.
 cd "$1" || exit 1
+shift
 name=$(basename "$(pwd)")
 inputs=""
 i=0
@@ -14,7 +16,7 @@ while [ -f "in$i.npy" ]; do
     i=$((i + 1))
 done
 rm -rf work && mkdir work
-if ! npuopt --cfg opt.cfg > work/npuopt.log 2>&1; then
+if ! npuopt --cfg opt.cfg "$@" > work/npuopt.log 2>&1; then
     echo "FAIL $name: npuopt: $(tail -n 1 work/npuopt.log)"; exit 1
 fi
 # shellcheck disable=SC2086  # $inputs is a list of options

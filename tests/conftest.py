@@ -174,3 +174,19 @@ def assert_verbose_traceback(*args, fragment: str) -> None:
     assert result.exit_code != 0, result.output
     assert "Traceback (most recent call last)" in result.stderr, result.stderr
     assert re.search(r"^npuopt: error: .*" + re.escape(fragment), result.stderr, re.M), result.stderr
+
+
+# ---- reporting -------------------------------------------------------------------
+def pytest_terminal_summary(terminalreporter):
+    """The share of identical elements that the conformance tests record (test_conformance.py):
+    how many runs agree with the tool chain on every element, and the others."""
+    shares = {report.nodeid: value for reports in terminalreporter.stats.values() for report in reports
+              if getattr(report, "when", None) == "call"
+              for key, value in getattr(report, "user_properties", ()) if key == "identical_share"}
+    if not shares:
+        return
+    exact = sum(value == 1.0 for value in shares.values())
+    terminalreporter.write_sep("-", f"OPT conformance: {exact} of {len(shares)} runs identical on every element")
+    for nodeid, value in sorted(shares.items()):
+        if value < 1.0:
+            terminalreporter.write_line(f"{value:9.4%} identical  {nodeid}")

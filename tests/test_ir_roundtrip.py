@@ -23,11 +23,11 @@ def assert_same_graph(a, b):
             assert tensor_to_bytes(cx.betensor, cx.dtype) == tensor_to_bytes(cy.betensor, cy.dtype), (x.name, cx.name)
         assert _tensors(x.inputs) == _tensors(y.inputs), x.name
         assert _tensors(x.outputs) == _tensors(y.outputs), x.name
-        assert x.attrs.get("ir_top_quant_keys") == y.attrs.get("ir_top_quant_keys"), x.name
+        assert x.attrs.get("ir_top_fields") == y.attrs.get("ir_top_fields"), x.name
 
 
 def _tensors(tensors):
-    return [(t.name, t.dtype, t.ir_shape, t.scale, t.zerop, t.ir_range) for t in tensors]
+    return [(t.name, t.dtype, t.ir_shape, t.scale, t.zerop, t.qmin, t.qmax) for t in tensors]
 
 
 def ir_blocks(path):
@@ -90,7 +90,7 @@ def test_squeezenet_loads_and_roundtrips_byte_identical(squeezenet, tmp_path):
     assert conv1.constants["weights"].ir_shape == (96, 7, 7, 3)
     assert conv1.outputs[0].ir_shape == (1, 111, 111, 96)
     # the float IR's layer_top_scale/zp are kept and written back
-    assert conv1.attrs["ir_top_quant_keys"] == ["layer_top_scale", "layer_top_zp"]
+    assert list(conv1.attrs["ir_top_fields"]) == ["layer_top_scale", "layer_top_zp"]
     assert out_bin.read_bytes() == source_bin.read_bytes()
 
 
@@ -159,7 +159,8 @@ def test_every_dtype_and_param_kind_roundtrips(tmp_path):
         ("nested", [[1, -2], [3, 4]]), ("ratio", -0.125), ("tiny", 1e-30), ("flag", True),
         ("mode", "half_pixel"), ("empty", []), ("big", 12345678901234), ("words", ["A", "B"])]
     assert mix.constants["scalar"].ir_shape == () and mix.constants["scalar"].betensor.item() == 3.5
-    assert mix.constants["c_int4"].dtype is Dtype.INT4
+    assert mix.constants["c_aligned_int4"].dtype is Dtype.INT4
     assert graph.header == {"compat_quantized_model": False}
     top = graph.node("in").outputs[0]
-    assert (top.scale, top.zerop, top.ir_range, top.qbits) == (12.5, -3, [-1.25, 0.75], 8)
+    assert (top.scale, top.zerop, top.qmin, top.qmax, top.qbits) == (12.5, -3, -128, 127, 8)
+    assert graph.node("in").attrs["ir_top_fields"]["layer_top_range"] == [[-1.25, 0.75]]

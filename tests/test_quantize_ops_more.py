@@ -25,12 +25,17 @@ ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
 
 
 # ---- the doc's formulas, independently --------------------------------------------
-def rrs(v, s):
-    """RRS(v, s) of the doc, with s an int or a per-channel tensor."""
+def rhe(v, m, s):
+    """round_half_even(v * m / 2^s) in exact int64 (s an int or a per-channel tensor; s < 0 shifts left)."""
     s = torch.as_tensor(s, dtype=torch.int64)
+    prod = v.long() * torch.as_tensor(m, dtype=torch.int64)
     right, left = s.clamp(min=0), (-s).clamp(min=0)
-    num = v * (2 ** left) + torch.where(right > 0, 2 ** (right - 1).clamp(min=0), torch.zeros_like(right))
-    return torch.div(num, 2 ** right, rounding_mode="floor")
+    prod = prod * (2 ** left)
+    q = torch.div(prod, 2 ** right, rounding_mode="floor")
+    rem = prod - q * (2 ** right)
+    half = torch.where(right > 0, 2 ** (right - 1).clamp(min=0), torch.zeros_like(right))
+    up = (right > 0) & ((rem > half) | ((rem == half) & (q % 2 == 1)))
+    return q + up.long()
 
 
 def stored_rescale(node):
@@ -40,20 +45,23 @@ def stored_rescale(node):
 
 
 def output_stage(node, z, out_t):
-    """y = RRS(z*M, s) (LEAKYRELU: negative side for z < 0), minus zp_out, clamped to the
-    dtype and activation_qmin/qmax: per-channel numbers on z's last axis."""
+    """The fused activation and the rescale of docs/integer-semantics.md on accumulator z
+    (per-channel numbers on its last axis), minus zp_out, clamped to the output's range."""
     M, s = stored_rescale(node)
-    y = rrs(z * M, s)
-    if str(node.params.get("with_activation", "NONE")).upper() == "LEAKYRELU":
-        if "negative_scale" in node.constants:
-            mn, sn = node.constants["negative_scale"].betensor.long(), node.constants["negative_shift"].betensor.long()
-        else:
-            mn, sn = int(node.params["negative_scale_value"]), int(node.params["negative_shift_value"])
-        y = torch.where(z < 0, rrs(z * mn, sn), y)
-    lo, hi = out_t.dtype.qmin, out_t.dtype.qmax
-    lo = max(lo, int(node.params.get("activation_qmin", lo)))
-    hi = min(hi, int(node.params.get("activation_qmax", hi)))
-    return (y - int(out_t.zerop)).clamp(lo, hi)
+    act = str(node.params.get("with_activation", "NONE")).upper()
+    if act == "RELU":        # through float32, as the tool chain
+        y = rhe(z.float().clamp(min=0).long(), M, s)
+    elif act == "RELU6":
+        y = rhe(z.clamp(min=0), M, s)
+    elif act == "CLIP":
+        relay = 8 if out_t.qbits <= 8 else 0
+        y = rhe(rhe(z, M, s - relay).clamp(int(node.params["clip_min"]), int(node.params["clip_max"])), 1, relay)
+    elif act == "LEAKYRELU":
+        t = rhe(z.clamp(max=0), int(node.params["negative_slope_value"]), int(node.params["negative_slope_shift"]))
+        y = rhe(t + z.clamp(min=0), M, s)
+    else:
+        y = rhe(z, M, s)
+    return (y - int(out_t.zerop)).clamp(out_t.qmin, out_t.qmax)
 
 
 def shifted(t):
@@ -61,14 +69,15 @@ def shifted(t):
 
 
 def weights_of(node):
-    w = node.constants["weights"].betensor.long()
-    if "weights_zp" in node.constants:
-        zp = node.constants["weights_zp"].betensor.long()
-        w = w + (zp.reshape(()) if zp.numel() == 1 else zp.reshape((-1,) + (1,) * (w.dim() - 1)))
-    return w
+    """q_w + zp_w (zp per channel along axis 0)."""
+    c = node.constants["weights"]
+    w = c.betensor.long()
+    zp = torch.as_tensor(c.zerop, dtype=torch.int64)
+    return w + (zp.reshape(()) if zp.numel() == 1 else zp.reshape((-1,) + (1,) * (w.dim() - 1)))
 
 
 def bias_of(node):
+    """The stored biases: the input zero point is folded in (the input enters as q, not q + zp)."""
     return node.constants["biases"].betensor.long() if "biases" in node.constants else 0
 
 
@@ -106,7 +115,7 @@ def test_fully_connected(tmp_path, mode, act):
     assert ("scale" in node.constants) == METHODS[mode]["quantize_method_for_weight"].startswith("per_channel")
     test_in = list(batches((3, 10), n=1)[0])
     got = run_keep(qg, test_in)
-    z = shifted(node.inputs[0]) @ weights_of(node).t() + bias_of(node)
+    z = node.inputs[0].betensor.long() @ weights_of(node).t() + bias_of(node)
     assert torch.equal(got.long(), output_stage(node, z, node.outputs[0]))
     assert_multiplier_matters(back, path, test_in)
 
@@ -120,9 +129,9 @@ def test_fully_connected_16bit_is_exact_beyond_float32():
     test_in = list(data[0])
     got = run_keep(qg, test_in)
     node = qg.node("op")
-    z = shifted(node.inputs[0]) @ weights_of(node).t() + bias_of(node)
+    z = node.inputs[0].betensor.long() @ weights_of(node).t() + bias_of(node)
     assert int(z.abs().max()) > 1 << 24
-    assert node.outputs[0].dtype.value == "uint16" and torch.equal(got.long(), output_stage(node, z, node.outputs[0]))
+    assert node.outputs[0].dtype.value == "int16" and torch.equal(got.long(), output_stage(node, z, node.outputs[0]))
 
 
 # ---- BatchNorm -----------------------------------------------------------------------
@@ -136,7 +145,7 @@ def test_batchnorm(tmp_path, mode, axis):
     node = qg.node("op")
     test_in = list(batches((4, 5, 3), n=1)[0])
     got = run_keep(qg, test_in)
-    a = shifted(node.inputs[0]).movedim(axis, -1)
+    a = node.inputs[0].betensor.long().movedim(axis, -1)
     z = a * weights_of(node) + bias_of(node)
     assert torch.equal(got.long(), output_stage(node, z, node.outputs[0]).movedim(-1, axis))
     assert_multiplier_matters(back, path, test_in)
@@ -294,13 +303,13 @@ def test_constant_stores_integers(tmp_path):
     qg, got, back, path = check(g, data, tmp_path, **ASYM)
     for graph in (qg, back):
         c = graph.node("c")
-        assert c.quantized and c.constants["weights"].betensor.dtype == torch.uint8
+        assert c.quantized and c.constants["weights"].betensor.dtype == torch.int8   # signed: negative values
         assert c.constants["weights"].dtype == c.outputs[0].dtype
     c, float_c = qg.node("c"), g.node("c").constants["weights"].betensor
     out_t = c.outputs[0]
     deq = (c.constants["weights"].betensor.float() + out_t.zerop) / out_t.scale
     assert float((deq - float_c).abs().max()) <= 0.5 / out_t.scale + 1e-6
-    assert out_t.ir_range == [float(min(float_c.min(), 0)), float(max(float_c.max(), 0))]
+    assert (out_t.qmin, out_t.qmax) == (-128, 127)
 
 
 def test_integer_constant_is_left_alone(tmp_path):
@@ -312,7 +321,8 @@ def test_integer_constant_is_left_alone(tmp_path):
     qg = quantize(g, batches((4,)), **ASYM)
     out = qg.forward(list(batches((4,), n=1)[0]))
     assert torch.equal(out[1], torch.tensor([[3, 1, 2]], dtype=torch.int32))
-    assert not qg.node("idx").outputs[0].is_quantized
+    idx = qg.node("idx").outputs[0]
+    assert idx.qinvariant and (idx.scale, idx.zerop) == (1.0, 0)
 
 
 # ---- a graph of them, LayerNorm included (tests/test_layernorm_int.py: LayerNorm itself) ----

@@ -171,12 +171,31 @@ def _special_values(rng, shapes, n, value_range, run):
 
 
 def _resize(b, rng, x):
+    """As the parser writes Resize: upper-case mode/nearest_mode, antialias, exclude_outside,
+    and the size, or for some the ratios (which only the float forward uses)."""
     tops = []
-    for method, mode, shape in (("NEAREST", "half_pixel", [1, 7, 6, 4]), ("NEAREST", "asymmetric", [1, 3, 9, 4]),
-                                ("NEAREST", "align_corners", [1, 7, 3, 4]), ("BILINEAR", "half_pixel", [1, 7, 9, 4]),
-                                ("BILINEAR", "align_corners", [1, 9, 3, 4]), ("BILINEAR", "asymmetric", [1, 3, 7, 4])):
-        tops += b.layer("Resize", f"{method.lower()}_{mode}", [x[0]], dict(method=method, mode=mode),
-                        top_shapes=[shape])
+    for method, mode, nearest, shape, ratio in (
+            ("NEAREST", "HALF_PIXEL", "ROUND_PREFER_FLOOR", [1, 7, 6, 4], None),
+            ("NEAREST", "ASYMMETRIC", "FLOOR", [1, 3, 9, 4], None),
+            ("NEAREST", "ASYMMETRIC", "ROUND_PREFER_FLOOR", [1, 10, 10, 4], 2.0),
+            ("NEAREST", "ALIGN_CORNERS", "ROUND_PREFER_CEIL", [1, 7, 3, 4], None),
+            ("NEAREST", "TF_HALF_PIXEL_FOR_NN", "CEIL", [1, 8, 4, 4], None),
+            ("NEAREST", "PYTORCH_HALF_PIXEL", "SIMPLE", [1, 1, 7, 4], None),
+            ("NEAREST", "HALF_PIXEL_SYMMETRIC", "ROUND_PREFER_FLOOR", [1, 7, 7, 4], 1.5),
+            ("BILINEAR", "HALF_PIXEL", None, [1, 7, 9, 4], None),
+            ("BILINEAR", "HALF_PIXEL", None, [1, 10, 10, 4], 2.0),
+            ("BILINEAR", "ALIGN_CORNERS", None, [1, 9, 3, 4], None),
+            ("BILINEAR", "ASYMMETRIC", None, [1, 3, 7, 4], None),
+            ("BILINEAR", "PYTORCH_HALF_PIXEL", None, [1, 1, 8, 4], None),
+            ("BILINEAR", "HALF_PIXEL_SYMMETRIC", None, [1, 6, 2, 4], None),
+            ("BILINEAR", "HALF_PIXEL_SYMMETRIC", None, [1, 7, 7, 4], 1.5)):
+        params = dict(method=method)
+        params.update(size=shape) if ratio is None else params.update(ratio_x=ratio, ratio_y=ratio)
+        params.update(mode=mode, antialias=False, exclude_outside=False)
+        if nearest:
+            params.update(nearest_mode=nearest)
+        name = f"{method.lower()}_{mode.lower()}" + (f"_{nearest.lower()}" if nearest else "") + ("_ratio" if ratio else "")
+        tops += b.layer("Resize", name, [x[0]], params, top_shapes=[shape])
     return tops
 
 
@@ -206,10 +225,21 @@ def _batchnorm(b, rng, x):
 
 
 def _reduce(b, rng, x):
-    return (b.layer("Reduce", "mean", [x[0]], dict(method="MEAN", axis=[1, 2], keepdims=True))
-            + b.layer("Reduce", "sum", [x[0]], dict(method="SUM", axis=[2], keepdims=True))
-            + b.layer("Reduce", "max", [x[0]], dict(method="MAX", axis=[3], keepdims=False))
-            + b.layer("Reduce", "min", [x[0]], dict(method="MIN", axis=[1], keepdims=True)))
+    """As the parser writes Reduce: no keepdims (the reduced axes stay, with size 1)."""
+    return (b.layer("Reduce", "mean", [x[0]], dict(method="MEAN", axis=[1, 2]))
+            + b.layer("Reduce", "sum", [x[0]], dict(method="SUM", axis=[2]))
+            + b.layer("Reduce", "max", [x[0]], dict(method="MAX", axis=[3]))
+            + b.layer("Reduce", "min", [x[0]], dict(method="MIN", axis=[1])))
+
+
+def _reduce_more(b, rng, x):
+    return (b.layer("Reduce", "prod", [x[0]], dict(method="PROD", axis=[3]))
+            + b.layer("Reduce", "l1", [x[0]], dict(method="L1", axis=[1, 2]))
+            + b.layer("Reduce", "l2", [x[0]], dict(method="L2", axis=[2]))
+            + b.layer("Reduce", "variance", [x[0]], dict(method="VARIANCE", axis=[1, 2]))
+            + b.layer("Reduce", "unbiased_variance", [x[0]], dict(method="UNBIASED_VARIANCE", axis=[3]))
+            + b.layer("Reduce", "any", [x[0]], dict(method="ANY", axis=[2]))
+            + b.layer("Reduce", "all", [x[0]], dict(method="ALL", axis=[1])))
 
 
 def _constant(b, rng, x):
@@ -297,6 +327,9 @@ CASES = [
     Case("reduce", "Reduce MEAN/SUM/MAX/MIN over various axes, asymmetric activations", [(3, 5, 4)], _reduce,
          dict(quantize_method_for_activation="per_tensor_asymmetric"), calib_range=(-0.3, 2.0),
          run_range=(-0.3, 2.0)),
+    Case("reduce_more", "Reduce PROD/L1/L2/VARIANCE/UNBIASED_VARIANCE/ANY/ALL, asymmetric activations",
+         [(3, 5, 4)], _reduce_more, dict(quantize_method_for_activation="per_tensor_asymmetric"),
+         calib_range=(-0.3, 2.0), run_range=(-0.3, 2.0)),
     Case("constant", "a Constant layer broadcast into an Eltwise ADD", [(3, 3, 4)], _constant),
     Case("layernorm", "integer LayerNorm over the last axis and the last two, per-tensor weights",
          [(5, 16)], _layernorm_int, data=_ln_rows),
@@ -315,6 +348,8 @@ CASES = [
     Case("reshape_transpose", "Transpose then Reshape", [(4, 6, 4)], _reshape_transpose),
     Case("softmax", "Softmax over the last axis", [(3, 10)], _softmax, calib_range=(-4.0, 4.0),
          run_range=(-4.0, 4.0)),
+    Case("softmax_short_axis", "Softmax over a last axis of 4 in a batch of 128 rows: the tool chain's "
+         "rounded-quotient form", [(32, 4)], _softmax, calib_range=(-4.0, 4.0), run_range=(-4.0, 4.0)),
     Case("lut_activations", "every LUT and clipping activation", [(4, 4, 4)], _lut_activations,
          calib_range=(-4.0, 4.0), run_range=(-4.0, 4.0)),
     Case("saturation", "inputs and their sum past the calibrated ranges: saturation at both ends",

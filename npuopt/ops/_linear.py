@@ -11,7 +11,7 @@ import torch
 
 from ..quant import tensors as QT
 from ..quant.fields import Rescale
-from ..quant.settings import QuantMethod, settings_of
+from ..quant.settings import settings_of
 from .activation import fused_forward, quantize_fused
 
 
@@ -28,7 +28,7 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
     w = node.get_constant("weights")
     ratio = out.scale / (x.scale * w_scale) if not isinstance(w_scale, torch.Tensor) else \
         torch.tensor(out.scale, dtype=torch.float32) / (torch.tensor(x.scale, dtype=torch.float32) * w_scale)
-    rescale = Rescale.from_ratio(ratio, st.multiplier_bits)
+    rescale = Rescale.from_ratio(ratio, st.multiplier_bits, unify_shifts=st.unify_shifts_for_aiff)
     if per_channel_constants and not rescale.per_channel:
         n = w.ir_shape[0]
         rescale = Rescale(torch.full((n,), rescale.multiplier), torch.full((n,), rescale.shift),
@@ -49,7 +49,3 @@ def linear_output(node, acc: torch.Tensor) -> torch.Tensor:
         acc = acc.to(torch.float64) + QT.shifted(b).reshape(-1)
     out = node.outputs[0]
     return QT.store_output(node, fused_forward(node, acc, Rescale.read(node), out), out)
-
-
-def weight_method(node) -> QuantMethod:
-    return QuantMethod.parse(settings_of(node).quantize_method_for_weight)

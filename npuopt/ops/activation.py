@@ -208,15 +208,40 @@ def lut_index_base(t) -> int:
 
 
 def build_lut(node, fn, inp, out) -> torch.Tensor:
-    """Table of 2^k entries (k = min(input bits, lut_items_in_bits)): entry i is the
-    quantized fn at input code base + i * 2^(bits - k), so that the tool chain's
-    lookup (index = q - base, interpolated between entries) hits the samples."""
+    """Table of 2^k entries (k = min(input bits, lut_items_in_bits)) for the tool chain's
+    lookup: index = q - base; with b = bits - k > 0 the output is
+    lut[i] + ((lut[i+1] - lut[i]) * r) >> b (i = index >> b, r its low b bits, the last
+    entry repeated past the end). With b = 0 entry i is fn at code base + i, quantized.
+    With b > 0 the entries are the least-squares fit of that interpolation (floor
+    included, on average) to fn over every input code, so the flat last segment and
+    the curvature between samples cost as little as they can."""
     bits = inp.qbits
     k = min(bits, settings_of(node).lut_items_in_bits)
-    codes = lut_index_base(inp) + torch.arange(1 << k, dtype=torch.float64) * (1 << (bits - k))
-    x = (codes + float(inp.zerop)) / float(inp.scale)
-    y = fn(x)
-    return qmath.quantize(y.to(torch.float32), out.scale, out.zerop, out.qmin, out.qmax)
+    b = bits - k
+    codes = lut_index_base(inp) + torch.arange(1 << bits, dtype=torch.float64)
+    ideal = fn((codes + float(inp.zerop)) / float(inp.scale)).to(torch.float64) * float(out.scale) - float(out.zerop)
+    ideal = torch.nan_to_num(ideal, nan=0.0, posinf=float(out.qmax), neginf=float(out.qmin))
+    ideal = ideal.clamp(float(out.qmin), float(out.qmax))
+    if b == 0:
+        table = torch.round(ideal[: 1 << k])
+    else:
+        n = 1 << k
+        d = torch.arange(1 << bits)
+        i, r = d >> b, (d & ((1 << b) - 1)).to(torch.float64) / (1 << b)
+        j = (i + 1).clamp(max=n - 1)
+        # y = (1 - r) * lut[i] + r * lut[j] - 1/2 where the floor cuts a fraction: solve the
+        # normal equations (tridiagonal, n x n) of that linear model against the ideal outputs
+        target = ideal + 0.5 * (r > 0).to(torch.float64)
+        gram = torch.zeros(n * n, dtype=torch.float64)
+        gram.index_add_(0, i * n + i, (1 - r) ** 2)
+        gram.index_add_(0, i * n + j, (1 - r) * r)
+        gram.index_add_(0, j * n + i, (1 - r) * r)
+        gram.index_add_(0, j * n + j, r ** 2)
+        rhs = torch.zeros(n, dtype=torch.float64)
+        rhs.index_add_(0, i, (1 - r) * target)
+        rhs.index_add_(0, j, r * target)
+        table = torch.round(torch.linalg.solve(gram.reshape(n, n), rhs))
+    return table.clamp(float(out.qmin), float(out.qmax))
 
 
 def lut_forward(node, inp, out) -> torch.Tensor:

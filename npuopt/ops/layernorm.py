@@ -1,146 +1,200 @@
-"""LayerNorm over the last axes (`axis`), with `weights`/`biases` shaped like them.
+"""LayerNorm over `axis` with `weights`/`biases` shaped like the normalized axes, in
+the tool chain's forms.
 
-Quantized (docs/integer-semantics.md, "LayerNorm"): per row of N normalized elements,
-A = q + zp_x, S = sum A, u = RRS(N*A - S, p), V = max(sum u^2 + E, 1),
-V' = V * 4^j just below 2^62, R = isqrt(V'), n = round_div(u * 2^(j+F), R): the
-normalized value times s_n = 2^F / sqrt(N); then z = n * W + biases and the output
-stage (per tensor, or per normalized element). p = `norm_shift`, E = `variance_bias`
-(round(eps * N^3 * s_x^2 / 4^p)), F = `norm_bits` are stored params."""
+Float (float32, the tool chain's order): m = mean(x), v = mean((x - m)^2),
+y = weights * ((x - m) * (1 / (v + epsilon)^0.5)) + biases.
+
+Quantized (epsilon unused), per row of N normalized elements of q (not q + zp):
+m = round_half_even(fl64(sum q / N)), d = q - m; R(X, M, s, lo, hi) =
+clamp(round_half_even(X * M * 2^-s), lo, hi) and [lo, hi] the output dtype's range.
+* input of <= 8 bits: V = (sum d^2) >> var_shift_value, g = (qmath.inverse_sqrt(V) +
+  2^15) >> 16 (~2^15 / sqrt(V)), n = R(d * g, norm_scale_value, 8 + norm_shift_value);
+* wider input: V = trunc(fl64(sum d^2) / N), g = (inverse_sqrt(V) + 2^15) >> 16,
+  g = R(g, norm_scale_value, norm_shift_value, 0, 65535), n = R((d >> 1) * g, 1, 7);
+then z = (q_w + zp_w) * n + (q_b + zp_b) and the output R(z, M, s) - zp_out clamped to
+the top range, M/s per tensor or per element of the last normalized axis.
+n is the normalized value (x - mean) / std times s_n: 2^(7 - norm_shift + var_shift / 2)
+/ sqrt(N) for <= 8 bits, 2^7 * norm_scale * 2^-norm_shift for wider inputs. The
+constant `lut` is the inverse-square-root table (qmath.ISQRT_TABLE), stored for the
+NPU; the computation uses the table itself.
+"""
 import math
 
 import torch
-import torch.nn.functional as F
 
+from ..dtype import Dtype
 from ..errors import IRError
+from ..quant import fields, qmath
 from ..quant import tensors as QT
-from ..quant import layers as QL  # noqa: F401  (being ported)
-from ..quant import qmath
+from ..quant.fields import Rescale, Shift
+from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ._layout import axis_list
 
-SQRT_LIMIT_BITS = 62      # V * 4^j < 2^62, so |u * 2^j| < 2^31
-MAX_NORM_BITS = 30        # round_div(u * 2^(j+F), R): 2 * 2^(31+F) + R < 2^63
-VARIANCE_LIMIT = 2.0 ** 61
+NARROW_BITS = 8             # inputs up to 8 bits take the shifted-variance form
+NORM_SHIFT_BASE = 8         # n = d * g * norm_scale >> (8 + norm_shift) for narrow inputs
+WIDE_NORM_SHIFT = 7         # n = (d >> 1) * g >> 7 for wide inputs
+SQRT_ROUND_SHIFT = 16       # g = (inverse_sqrt(V) + 2^15) >> 16
+NORM_MULTIPLIER_BITS = 15
+VARIANCE_HEADROOM_BITS = 4  # the tool chain's var_shift: ceil(log2 N) - 4, made even
 
 
-def _normalized_shape(node, ndim: int):
-    axes = axis_list(node, "axis", ndim)
-    if axes != list(range(ndim - len(axes), ndim)):
-        raise IRError(f"layer '{node.name}': LayerNorm normalizes the last axes only, "
-                      f"got axis {node.get_param('axis')} for a {ndim}-D input")
-    return axes[0]
+def normalized_axes(node, ndim: int):
+    return axis_list(node, "axis", ndim)
 
 
-def _norm_params(node):
-    values = {}
-    for key, lo, hi in (("norm_shift", 0, 62), ("variance_bias", 0, (1 << 62) - 1), ("norm_bits", 0, MAX_NORM_BITS)):
-        v = node.get_param(key)
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise IRError(f"layer '{node.name}' (LayerNorm): '{key}' must be an integer in [{lo}, {hi}], got {v!r}")
-        values[key] = v
-    return values["norm_shift"], values["variance_bias"], values["norm_bits"]
+def broadcast_shape(shape, axes, only_last: bool = False):
+    """The input's shape with the normalized axes kept (or only the last of them) and 1 elsewhere."""
+    keep = axes[-1:] if only_last else axes
+    return [int(shape[d]) if d in keep else 1 for d in range(len(shape))]
 
 
-def normalized_integers(a: torch.Tensor, p: int, e: int, f: int) -> torch.Tensor:
-    """n = round_div(u * 2^(j+F), isqrt(V * 4^j)) per row of a [rows, N] int64 tensor
-    of A = q + zp (the doc's steps up to the output stage)."""
-    n = a.shape[1]
-    u = qmath.rounding_right_shift(a * n - a.sum(dim=1, keepdim=True), p)
-    v = ((u * u).sum(dim=1, keepdim=True) + e).clamp_(min=1)
-    if v.numel() and int(v.max()) >= 1 << SQRT_LIMIT_BITS:
-        raise IRError(f"LayerNorm variance sum {int(v.max())} reaches 2^{SQRT_LIMIT_BITS}: norm_shift too small")
-    vn, j = qmath.even_normalize(v, SQRT_LIMIT_BITS)
-    r = qmath.isqrt(vn)
-    return qmath.round_div(u * (torch.ones_like(j) << (j + f)), r)
+def reshaped_constant(node, key: str, shape) -> torch.Tensor:
+    value = node.get_constant(key).betensor
+    if value.numel() != math.prod(shape):
+        raise IRError(f"layer '{node.name}' (LayerNorm): '{key}' has {value.numel()} values for "
+                      f"{math.prod(shape)} normalized elements")
+    return value.reshape(shape)
 
 
-def layernorm_quantized(self):
-    x_t, out_t = self.inputs[0], self.outputs[0]
-    x = x_t.betensor
-    first = _normalized_shape(self, x.dim())
-    count = math.prod(x.shape[first:])
-    p, e, f = _norm_params(self)
-    w = QL.weight_values(self).reshape(-1)
-    if w.numel() not in (1, count):
-        raise IRError(f"layer '{self.name}' (LayerNorm): {w.numel()} weights for {count} normalized elements")
-    a = QL.shifted_input(x_t).reshape(-1, count)
-    z = normalized_integers(a, p, e, f) * w.to(a.device)
-    y = QL.finish_linear(self, z, bound=None)
-    out_t.betensor = y.reshape(x.shape)
-    return out_t.betensor
+def per_channel(v, channel_shape):
+    """A zero point or rescale value: a number, or one per element of the last
+    normalized axis, shaped to broadcast against the input."""
+    if isinstance(v, torch.Tensor):
+        return v.reshape(channel_shape) if v.numel() > 1 else v.reshape(())
+    return v
+
+
+# ---- float ----------------------------------------------------------------------------
+def layernorm_float(node, x: torch.Tensor, axes) -> torch.Tensor:
+    eps = float(node.get_param("epsilon", 1e-5))
+    shape = broadcast_shape(x.shape, axes)
+    x = x.to(torch.float32)
+    mean = torch.mean(x, dim=axes, keepdim=True)
+    var = torch.mean((x - mean) ** 2, dim=axes, keepdim=True)
+    out = (x - mean) * (1.0 / torch.pow(var + eps, 0.5))
+    if "weights" in node.constants:
+        out = reshaped_constant(node, "weights", shape) * out
+    if "biases" in node.constants:
+        out = out + reshaped_constant(node, "biases", shape)
+    return out
+
+
+# ---- integer ----------------------------------------------------------------------------
+def normalized_integers(node, q: torch.Tensor, axes, x_t, out_t) -> torch.Tensor:
+    """n of the module docstring, from the stored var_shift/norm_scale/norm_shift."""
+    count = math.prod(q.shape[a] for a in axes)
+    lo, hi = out_t.dtype.qmin, out_t.dtype.qmax
+    mean = torch.round(q.sum(dim=axes, keepdim=True).to(torch.float64) / count).to(torch.int64)
+    norm = Rescale.read(node, "norm_")
+    if x_t.qbits <= NARROW_BITS:
+        mean = mean.clamp(x_t.dtype.qmin, x_t.dtype.qmax)
+        d = q - mean
+        v = (d * d).sum(dim=axes, keepdim=True) >> Shift.read(node, "var_").value
+        g = (qmath.inverse_sqrt(v) + (1 << (SQRT_ROUND_SHIFT - 1))) >> SQRT_ROUND_SHIFT
+        return qmath.requantize(d * g, norm.multiplier, NORM_SHIFT_BASE + norm.shift, 0, lo, hi)
+    d = q - mean
+    v = ((d * d).sum(dim=axes, keepdim=True).to(torch.float64) / count).to(torch.int64)
+    g = (qmath.inverse_sqrt(v) + (1 << (SQRT_ROUND_SHIFT - 1))) >> SQRT_ROUND_SHIFT
+    g = qmath.requantize(g, norm.multiplier, norm.shift, 0, 0, (1 << 16) - 1).to(torch.int64)
+    return qmath.requantize((d >> 1) * g, 1, WIDE_NORM_SHIFT, 0, lo, hi)
+
+
+def integer_constant(node, key: str, shape, channel_shape) -> torch.Tensor:
+    """q + zp of the quantized weights or biases, shaped to broadcast against the input."""
+    zp = torch.as_tensor(node.get_constant(key).zerop).to(torch.int64)
+    return reshaped_constant(node, key, shape).to(torch.int64) + per_channel(zp, channel_shape)
+
+
+def layernorm_quantized(node, axes) -> torch.Tensor:
+    x_t, out_t = node.inputs[0], node.outputs[0]
+    q = x_t.betensor.to(torch.int64)
+    z = normalized_integers(node, q, axes, x_t, out_t)
+    shape = broadcast_shape(q.shape, axes)
+    channel_shape = broadcast_shape(q.shape, axes, only_last=True)
+    if "weights" in node.constants:
+        z = integer_constant(node, "weights", shape, channel_shape) * z
+    if "biases" in node.constants:
+        z = z + integer_constant(node, "biases", shape, channel_shape)
+    rescale = Rescale.read(node)
+    m, s = (per_channel(v, channel_shape) for v in (rescale.multiplier, rescale.shift))
+    return qmath.requantize(z, m, s, out_t.zerop, out_t.qmin, out_t.qmax)
 
 
 @op_register(OpType.LayerNorm, "1.0")
 def layernorm_forward(self, *args):
+    x_t, out_t = self.inputs[0], self.outputs[0]
+    axes = normalized_axes(self, x_t.betensor.dim())
+    if len(self.outputs) != 1:
+        raise IRError(f"layer '{self.name}' (LayerNorm): {len(self.outputs)} outputs (mean and inverse "
+                      f"deviation tops) are not supported")
     if self.quantized:
-        return layernorm_quantized(self)
-    x = self.inputs[0].betensor
-    shape = x.shape[_normalized_shape(self, x.dim()):]
-    weights = self.get_constant("weights").betensor.reshape(shape)
-    biases = self.get_constant("biases").betensor.reshape(shape)
-    out = F.layer_norm(x, shape, weights, biases, float(self.get_param("epsilon", 1e-5)))
-    self.outputs[0].betensor = out
-    return out
+        return QT.store_output(self, layernorm_quantized(self, axes), out_t)
+    out_t.betensor = layernorm_float(self, x_t.betensor, axes)
+    return out_t.betensor
 
 
-def _norm_shift(count: int, width: int, s_x: float, eps: float):
-    """The smallest p >= 0 (and its E) for which sum u^2 + E stays below 2^61 for any row:
-    sum (N*A - S)^2 = N^2 sum (A - mean)^2 <= N^3 W^2 / 4 (W = the input's integer range
-    width), and rounding u adds at most sqrt(N)/2 to its norm."""
-    for p in range(63):
-        e = math.floor(eps * count ** 3 * s_x * s_x / 4.0 ** p + 0.5)
-        norm = count ** 1.5 * width / 2.0 ** (p + 1) + (math.sqrt(count) / 2 if p else 0.0)
-        if norm * norm + e < VARIANCE_LIMIT:
-            return p, e
-    raise QL.Unsupported("LayerNorm: no norm_shift keeps the variance sum in int64")
+# ---- quantize ---------------------------------------------------------------------------
+def variance_shift(count: int) -> int:
+    """The tool chain's var_shift (ceil(log2 N) - 4, rounded up to even), at least 0:
+    V stays near 16 times the variance in input steps, below 2^21."""
+    shift = math.ceil(math.log2(count)) - VARIANCE_HEADROOM_BITS if count > 1 else 0
+    return max(0, shift + (shift & 1))
+
+
+def needed_range(node, out, shape) -> float:
+    """How far |x - mean| / std must be represented: no further than where every
+    element's output, weights * x + biases, has left the output's range (it saturates
+    there anyway)."""
+    y_lo, y_hi = (out.qmin + out.zerop) / out.scale, (out.qmax + out.zerop) / out.scale
+    gamma = node.get_constant("weights").betensor.to(torch.float64).reshape(-1) if "weights" in node.constants \
+        else torch.ones(1, dtype=torch.float64)
+    beta = node.get_constant("biases").betensor.to(torch.float64).reshape(-1) if "biases" in node.constants \
+        else torch.zeros(1, dtype=torch.float64)
+    reach = torch.maximum((y_lo - beta).abs(), (y_hi - beta).abs()) / gamma.abs()
+    reach = reach[gamma != 0]
+    return float(reach.max()) if reach.numel() else 0.0
 
 
 @quant_register(OpType.LayerNorm, "1.0")
 def layernorm_quantize(self, *args):
-    raise QT.Unsupported(f"layer '{self.name}' ({self.type}): quantized form not ported to the tool chain's format yet")
-    """Integer weights (gamma) under the weight settings, flattened to [N] so per channel
-    means per normalized element; norm_shift/variance_bias from the input's range and
-    scale; norm_bits F as large as the int32 biases (beta * s_n * s_w) and the int64
-    output stage allow; the output under the activation settings."""
-    QL.check_quantized_inputs(self)
+    """Signed output; the normalized value n at the finest scale that still holds every
+    value that matters (see needed_range); weights under the weight settings, per
+    element of the last normalized axis when per channel; biases int32 at s_n * s_w."""
+    QT.check_quantized_inputs(self)
     x_t, out_t = self.inputs[0], self.outputs[0]
-    ndim = len(x_t.ir_shape)
-    count = math.prod(x_t.ir_shape[_normalized_shape(self, ndim):])
+    if x_t.qinvariant or x_t.is_per_channel:
+        raise QT.Unsupported(f"layer '{self.name}' (LayerNorm): unscaled or per-channel input")
+    st = settings_of(self)
+    axes = normalized_axes(self, len(x_t.ir_shape))
+    norm_shape = [int(x_t.ir_shape[a]) for a in axes]
+    count = math.prod(norm_shape)
+    QT.quantize_activation(self, out_t, signed=True)
+    reach = min(math.sqrt(count), needed_range(self, out_t, norm_shape))
+    if x_t.qbits <= NARROW_BITS:
+        var_shift = variance_shift(count)
+        # n = x_hat * 2^(7 - adj) / sqrt(N), reaching at most 2^7 at x_hat = reach
+        adj = math.ceil(math.log2(reach / math.sqrt(count))) if reach > 0 else -(var_shift >> 1)
+        adj = max(adj, -(var_shift >> 1))
+        s_n = 2.0 ** (7 - adj) / math.sqrt(count)
+        Shift(var_shift, Dtype.UINT8).write(self, "var_")
+        Rescale(1, (var_shift >> 1) + adj, Dtype.UINT8, Dtype.UINT8).write(self, "norm_")
+    else:
+        s_n = out_t.dtype.qmax / math.sqrt(count)
+        Shift(0, Dtype.UINT8).write(self, "var_")
+        Rescale.from_ratio(s_n / (1 << WIDE_NORM_SHIFT), NORM_MULTIPLIER_BITS).write(self, "norm_")
+    w_scale = torch.tensor(1.0)
     for key in ("weights", "biases"):
-        c = self.get_constant(key)
-        if c.betensor.numel() != count:
-            raise IRError(f"layer '{self.name}' (LayerNorm): {key} has {c.betensor.numel()} values "
-                          f"for {count} normalized elements")
-        c.betensor = c.betensor.reshape(count)
-        c.ir_shape = (count,)
-    eps = float(self.get_param("epsilon", 1e-5))
-    lo, hi = QL.int_range(x_t)
-    p, e = _norm_shift(count, hi - lo, float(x_t.scale), eps)
-    w_scale, _ = QL.quantize_weights(self, "weights", axis=0)
-    w_max = float(QL.weight_values(self).abs().max())
-    s_w = w_scale.to(torch.float64) if isinstance(w_scale, torch.Tensor) else torch.tensor(float(w_scale),
-                                                                                             dtype=torch.float64)
-    beta = self.get_constant("biases").betensor.detach().to(torch.float64).cpu()
-    QL.quantize_activation(self, out_t)
-    f = _norm_bits(count, s_w, beta, w_max, float(out_t.scale))
-    s_n = 2.0 ** f / math.sqrt(count)
-    QL.quantize_bias(self, s_n, w_scale)
-    self.params["norm_shift"], self.params["variance_bias"], self.params["norm_bits"] = p, e, f
-    ratio = float(out_t.scale) / (s_n * s_w) if s_w.dim() else float(out_t.scale) / (s_n * float(s_w))
-    QL.set_rescale(self, ratio, device=self.get_constant("weights").betensor.device)
-
-
-def _norm_bits(count: int, s_w: torch.Tensor, beta: torch.Tensor, w_max: float, s_y: float) -> int:
-    """The largest F <= 30 whose biases fit int32 and whose output stage stays within int64:
-    |n| <= 2^(F+1), |z| <= 2^(F+1) * max|W| + max|B|, |z * M| * 2^max(0, -shift) < 2^62."""
-    for f in range(MAX_NORM_BITS, -1, -1):
-        s_n = 2.0 ** f / math.sqrt(count)
-        b_max = float((beta.abs() * s_n * s_w).max()) + 0.5
-        if b_max >= 2 ** 31 - 1:
-            continue
-        ratios = (s_y / (s_n * s_w)).reshape(-1)
-        m, s = qmath.multiplier_and_shift(ratios, QL.MULTIPLIER_BITS)
-        z_max = 2.0 ** (f + 1) * w_max + b_max
-        if z_max * float(m.abs().max()) * 2.0 ** max(0, -int(s.min())) + 2.0 ** max(0, int(s.max())) < 2.0 ** 62:
-            return f
-    raise QL.Unsupported("LayerNorm: no norm_bits keeps the biases in int32 and the output stage in int64")
+        if key in self.constants:
+            c = self.constants[key]
+            c.betensor = reshaped_constant(self, key, norm_shape)
+            c.ir_shape = tuple(norm_shape)
+    if "weights" in self.constants:
+        w_scale = QT.quantize_weights(self, "weights", axis=len(norm_shape) - 1)
+    acc_scale = torch.tensor(s_n, dtype=torch.float32) * torch.as_tensor(w_scale, dtype=torch.float32)
+    ratio = torch.tensor(out_t.scale, dtype=torch.float32) / acc_scale
+    if acc_scale.numel() == 1:
+        acc_scale, ratio = float(acc_scale), float(ratio)
+    QT.quantize_biases(self, acc_scale, torch.zeros(()), 0)
+    Rescale.from_ratio(ratio, st.multiplier_bits).write(self)
+    fields.write_lut(self, qmath.ISQRT_TABLE, Dtype.INT16)

@@ -1,143 +1,149 @@
-"""Resize H and W of an NHWC tensor to the top shape's, NEAREST or BILINEAR, with the
-half_pixel, align_corners or asymmetric coordinate mapping.
+"""Resize H and W of an NHWC tensor to the top shape's, NEAREST or BILINEAR, as the
+tool chain computes it (float64 coordinates; the float forward's result is then
+rounded to float32).
 
-Rounding of NEAREST: asymmetric floors (PyTorch 'nearest', TF), half_pixel floors the
-shifted coordinate (PyTorch 'nearest-exact', TF half_pixel_centers), align_corners
-rounds halves up (TF align_corners).
+Source coordinate of output index i along an axis of `size` inputs and `out` outputs,
+in float64 and in this order of operations; r is ratio_y/ratio_x when the IR gives them
+(float forward only: quantized layers always use size / out):
+  HALF_PIXEL         (i + 0.5) * (1 / r) - 0.5, or (i + 0.5) * size / out - 0.5
+  PYTORCH_HALF_PIXEL the same, but 0 when out == 1
+  ALIGN_CORNERS      i * (size - 1) / (out - 1), 0 when out == 1 (r unused)
+  ASYMMETRIC         i * (1 / r), or i * size / out
+  TF_HALF_PIXEL_FOR_NN  (i + 0.5) * (1 / r), or (i + 0.5) * size / out
+  HALF_PIXEL_SYMMETRIC  o + (i + 0.5) * (1 / r) - 0.5 with o = size / 2 * (1 - out / (size * r)),
+                     or (i + 0.5) * size / out - 0.5
 
-Quantized (the input's quantization passed through; integer coordinates, exact):
-NEAREST picks integers at source indices computed in integers with the rounding above;
-BILINEAR interpolates A = q + zp with fixed-point weights of F = `interp_frac_bits`
-fractional bits per axis: U = sum wh * ww * A (wh, ww in [0, 2^F], each axis' pair
-summing to 2^F), q_out = rounding_right_shift(U, 2F) - zp."""
+NEAREST picks the input at nearest_mode(c) clamped to [0, size - 1]: ROUND_PREFER_FLOOR
+(default; round half to even except that exact halves k + 1/2 (k = trunc(c)) go down),
+ROUND_PREFER_CEIL floor(c + 1/2), FLOOR, CEIL, SIMPLE (ceil when downsampling, else
+trunc). Quantized: the same on the integers (quantization passed through).
+
+BILINEAR: c0 = max(floor(c), 0), c1 = min(ceil(c), size - 1), w1 = c - c0, w0 = 1 - w1
+per axis; the four products W = wy * wx (float64), then
+out = (in[y0,x0] W00 + in[y0,x1] W01 + in[y1,x0] W10 + in[y1,x1] W11) / 2^F summed in
+that order in float64. Float: F = 0. Quantized (on q, not q + zp; quantization passed
+through): F = `interp_shift_value`, each W = floor(W * 2^F + 1/2) first, then
+out = clamp(round_half_even(sum / 2^F)) (exact: integers below 2^53).
+"""
 import torch
-import torch.nn.functional as F
 
+from ..dtype import Dtype
 from ..errors import IRError
 from ..quant import tensors as QT
-from ..quant import layers as QL  # noqa: F401  (being ported)
-from ..quant import qmath
+from ..quant.fields import Shift
 from ..registry import OpType, op_register, quant_register
-from ._layout import nchw_to_nhwc, nhwc_to_nchw, param_choice
+from ._layout import param_choice
 
-INTERP_FRAC_BITS = 15
-MAX_INTERP_FRAC_BITS = 17   # keeps the float64 computation exact (see _lerp_axis)
 METHODS = ["NEAREST", "BILINEAR"]
-MODES = ["half_pixel", "align_corners", "asymmetric"]
-
-# the (method, mode) pairs PyTorch computes itself, fastest and bit-exact with it
-_TORCH_RESIZE = {
-    ("NEAREST", "asymmetric"): dict(mode="nearest"),
-    ("NEAREST", "half_pixel"): dict(mode="nearest-exact"),
-    ("BILINEAR", "half_pixel"): dict(mode="bilinear", align_corners=False),
-    ("BILINEAR", "align_corners"): dict(mode="bilinear", align_corners=True),
-}
+MODES = ["HALF_PIXEL", "ALIGN_CORNERS", "ASYMMETRIC", "PYTORCH_HALF_PIXEL", "TF_HALF_PIXEL_FOR_NN",
+         "HALF_PIXEL_SYMMETRIC"]
+NEAREST_MODES = ["ROUND_PREFER_FLOOR", "ROUND_PREFER_CEIL", "FLOOR", "CEIL", "SIMPLE"]
+INTERP_SHIFT = 13           # the tool chain's default weight precision
+MAX_INTERP_SHIFT = 30       # weights below 2^32 keep the integer sums exact in float64
 
 
-def _resize_axis(x, dim, out_size, method, mode):
-    """One axis of a separable resize, for the pairs PyTorch lacks
-    (NEAREST align_corners, BILINEAR asymmetric)."""
-    size = x.shape[dim]
-    dst = torch.arange(out_size, dtype=torch.float32, device=x.device)
-    if mode == "align_corners":
-        src = dst * ((size - 1) / (out_size - 1) if out_size > 1 else 0.0)
-    else:
-        src = dst * (size / out_size)
-    if method == "NEAREST":
-        return x.index_select(dim, (src + 0.5).floor().long().clamp(max=size - 1))
-    low = src.floor().long()
-    high = (low + 1).clamp(max=size - 1)
-    frac = (src - low).to(x.dtype).reshape((-1,) + (1,) * (x.dim() - 1 - dim))
-    return torch.lerp(x.index_select(dim, low), x.index_select(dim, high), frac)
+def source_coordinates(mode: str, out: int, size: int, ratio, device) -> torch.Tensor:
+    i = torch.arange(out, dtype=torch.float64, device=device)
+    if mode == "ALIGN_CORNERS":
+        return i * 0.0 if out == 1 else i * (size - 1) / (out - 1)
+    if mode == "PYTORCH_HALF_PIXEL" and out <= 1:
+        return i * 0.0
+    if mode == "ASYMMETRIC":
+        return i * (1.0 / ratio) if ratio is not None else i * size / out
+    if mode == "TF_HALF_PIXEL_FOR_NN":
+        return (i + 0.5) * (1.0 / ratio) if ratio is not None else (i + 0.5) * size / out
+    if mode == "HALF_PIXEL_SYMMETRIC" and ratio is not None:
+        offset = size / 2.0 * (1.0 - out / (size * ratio))
+        return offset + (i + 0.5) * (1.0 / ratio) - 0.5
+    return (i + 0.5) * (1.0 / ratio) - 0.5 if ratio is not None else (i + 0.5) * size / out - 0.5
 
 
-def nearest_index(size, out_size, mode, device):
-    """Source index of every output index along one axis, in exact integers:
-    asymmetric floor(d*in/out), half_pixel floor((d+1/2)*in/out), align_corners
-    round_half_up(d*(in-1)/(out-1)); clamped to the axis."""
-    d = torch.arange(out_size, dtype=torch.int64, device=device)
-    if mode == "asymmetric":
-        index = torch.div(d * size, out_size, rounding_mode="floor")
-    elif mode == "half_pixel":
-        index = torch.div((2 * d + 1) * size, 2 * out_size, rounding_mode="floor")
-    else:
-        index = qmath.round_div(d * (size - 1), out_size - 1) if out_size > 1 else torch.zeros_like(d)
-    return index.clamp_(0, size - 1)
+def nearest_index(c: torch.Tensor, nearest_mode: str, size: int, downsampling: bool) -> torch.Tensor:
+    if nearest_mode == "ROUND_PREFER_FLOOR":
+        index = torch.where(c == c.trunc() + 0.5, c.floor(), c.round())
+    elif nearest_mode == "ROUND_PREFER_CEIL":
+        index = torch.floor(c + 0.5)
+    elif nearest_mode == "FLOOR":
+        index = c.floor()
+    elif nearest_mode == "CEIL":
+        index = c.ceil()
+    else:  # SIMPLE
+        index = c.ceil() if downsampling else c.trunc()
+    return index.to(torch.int64).clamp_(0, size - 1)
 
 
-def bilinear_position(size, out_size, mode, frac_bits, device):
-    """Source coordinate of every output index along one axis, times 2^frac_bits,
-    rounded half up in exact integers: asymmetric d*in/out, half_pixel
-    (d+1/2)*in/out - 1/2 (negative -> 0), align_corners d*(in-1)/(out-1)."""
-    d = torch.arange(out_size, dtype=torch.int64, device=device)
-    one = 1 << frac_bits
-    if mode == "asymmetric":
-        return qmath.round_div(d * size * one, out_size)
-    if mode == "half_pixel":
-        return qmath.round_div(((2 * d + 1) * size - out_size) * one, 2 * out_size).clamp_(min=0)
-    return qmath.round_div(d * (size - 1) * one, out_size - 1) if out_size > 1 else torch.zeros_like(d)
+def bilinear(x: torch.Tensor, ys: torch.Tensor, xs: torch.Tensor, shift: int) -> torch.Tensor:
+    """The BILINEAR sum over NHWC x (float64) at source coordinates ys, xs."""
+    h, w = x.shape[1], x.shape[2]
+    y0, y1 = ys.floor().clamp(min=0), ys.ceil().clamp(max=h - 1)
+    x0, x1 = xs.floor().clamp(min=0), xs.ceil().clamp(max=w - 1)
+    wy1, wx1 = ys - y0, xs - x0
+    wy0, wx0 = 1 - wy1, 1 - wx1
+    one = float(1 << shift)
+
+    def weight(a, b):
+        wgt = (a.reshape(-1, 1) * b.reshape(1, -1) * one).unsqueeze(-1)
+        return torch.floor(wgt + 0.5) if shift else wgt
+
+    rows0, rows1 = x.index_select(1, y0.long()), x.index_select(1, y1.long())
+    total = rows0.index_select(2, x0.long()) * weight(wy0, wx0)
+    total = total + rows0.index_select(2, x1.long()) * weight(wy0, wx1)
+    total = total + rows1.index_select(2, x0.long()) * weight(wy1, wx0)
+    total = total + rows1.index_select(2, x1.long()) * weight(wy1, wx1)
+    return total / one
 
 
-def _lerp_axis(v, dim, out_size, mode, frac_bits):
-    """One axis of the integer bilinear resize, v[i0] + (v[i1] - v[i0]) * frac / 2^F, in
-    float64: values are multiples of 2^-(2F+1) below 2^18, so with F <= 17 every
-    intermediate (whatever the order of operations) fits float64's 53 significant
-    bits and no operation rounds; the doc's integer U is this value times 2^2F."""
-    size = v.shape[dim]
-    pos = bilinear_position(size, out_size, mode, frac_bits, v.device)
-    low = (pos >> frac_bits).clamp_(max=size - 1)
-    high = (low + 1).clamp_(max=size - 1)
-    frac = (pos & ((1 << frac_bits) - 1)).to(torch.float64) * 2.0 ** -frac_bits
-    lo = v.index_select(dim, low)
-    step = v.index_select(dim, high).sub_(lo)
-    return lo.addcmul_(step, frac.reshape((-1,) + (1,) * (v.dim() - 1 - dim)))
-
-
-def resize_quantized(self, x_t, method, mode, size):
-    out_t = self.outputs[0]
-    if method == "NEAREST":
-        x = x_t.betensor
-        out = x.index_select(1, nearest_index(x.shape[1], size[0], mode, x.device))
-        out = out.index_select(2, nearest_index(x.shape[2], size[1], mode, x.device))
-        return QL.store_output(self, out, out_t)
-    frac_bits = self.get_param("interp_frac_bits")
-    if not isinstance(frac_bits, int) or not 0 <= frac_bits <= MAX_INTERP_FRAC_BITS:
-        raise IRError(f"layer '{self.name}': interp_frac_bits '{frac_bits}' is not an integer "
-                      f"in [0, {MAX_INTERP_FRAC_BITS}]")
-    # RRS(U, 2F) - zp_out = floor(U / 2^2F + 1/2 - zp_out); the weights of each axis sum
-    # to one, so the constant 1/2 - zp_out is added to the (small) input instead
-    v = x_t.betensor.to(torch.float64).add_(int(x_t.zerop) - int(out_t.zerop) + 0.5)
-    u = _lerp_axis(_lerp_axis(v, 1, size[0], mode, frac_bits), 2, size[1], mode, frac_bits)
-    return QL.store_output(self, u.floor_(), out_t)
+def ratio_of(node, key: str):
+    value = node.get_param(key, None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise IRError(f"layer '{node.name}' (Resize): {key} must be a positive number, got {value!r}")
+    return float(value)
 
 
 @op_register(OpType.Resize, "1.0")
 def resize_forward(self, *args):
-    x = self.inputs[0].betensor
-    top_shape = self.outputs[0].ir_shape
+    x_t, out_t = self.inputs[0], self.outputs[0]
+    x = x_t.betensor
+    top_shape = out_t.ir_shape
     if x.dim() != 4 or len(top_shape) != 4:
         raise IRError(f"layer '{self.name}': Resize takes an NHWC input and needs its 4-D top shape "
                       f"(layer_top_shape), got input {list(x.shape)} and top shape {list(top_shape)}")
+    if self.get_param("antialias", False):
+        raise IRError(f"layer '{self.name}' (Resize): antialias=true is not supported")
     method = param_choice(self, "method", METHODS)
-    mode = param_choice(self, "mode", MODES, "half_pixel")
-    size = (int(top_shape[1]), int(top_shape[2]))
-    if self.quantized:
-        return resize_quantized(self, self.inputs[0], method, mode, size)
-    nchw = nhwc_to_nchw(x)
-    if (method, mode) in _TORCH_RESIZE:
-        out = F.interpolate(nchw, size=size, **_TORCH_RESIZE[(method, mode)])
+    mode = param_choice(self, "mode", MODES, "HALF_PIXEL")
+    (h, w), (out_h, out_w) = x.shape[1:3], (int(top_shape[1]), int(top_shape[2]))
+    ratio_y, ratio_x = (None, None) if self.quantized else (ratio_of(self, "ratio_y"), ratio_of(self, "ratio_x"))
+    ys = source_coordinates(mode, out_h, h, ratio_y, x.device)
+    xs = source_coordinates(mode, out_w, w, ratio_x, x.device)
+    if method == "NEAREST":
+        nearest_mode = param_choice(self, "nearest_mode", NEAREST_MODES, "ROUND_PREFER_FLOOR")
+        out = x.index_select(1, nearest_index(ys, nearest_mode, h, out_h / h < 1))
+        out = out.index_select(2, nearest_index(xs, nearest_mode, w, out_w / w < 1))
+        if self.quantized:
+            out = out.clamp(out_t.qmin, out_t.qmax)
+    elif not self.quantized:
+        out = bilinear(x.to(torch.float64), ys, xs, 0).to(torch.float32)
     else:
-        out = _resize_axis(_resize_axis(nchw, 2, size[0], method, mode), 3, size[1], method, mode)
-    out = nchw_to_nhwc(out)
-    self.outputs[0].betensor = out
+        shift = Shift.read(self, "interp_").value
+        if not 0 <= shift <= MAX_INTERP_SHIFT:
+            raise IRError(f"layer '{self.name}' (Resize): interp_shift_value {shift} is outside "
+                          f"[0, {MAX_INTERP_SHIFT}]")
+        out = torch.round(bilinear(x.to(torch.float64), ys, xs, shift)).clamp_(out_t.qmin, out_t.qmax)
+    if self.quantized:
+        return QT.store_output(self, out, out_t)
+    out_t.betensor = out
     return out
 
 
 @quant_register(OpType.Resize, "1.0")
 def resize_quantize(self, *args):
-    raise QT.Unsupported(f"layer '{self.name}' ({self.type}): quantized form not ported to the tool chain's format yet")
-    """Both methods keep the input's quantization: bilinear values are convex
-    combinations of the inputs, so they stay inside its range."""
-    QL.pass_through(self)
-    if param_choice(self, "method", METHODS) == "BILINEAR":
-        self.params["interp_frac_bits"] = INTERP_FRAC_BITS
+    """The input's quantization passed through (the integers are interpolated as they
+    are); BILINEAR weights of INTERP_SHIFT bits."""
+    if self.get_param("antialias", False):
+        raise QT.Unsupported(f"layer '{self.name}' (Resize): antialias=true has no integer form here")
+    QT.pass_through(self)
+    shift = INTERP_SHIFT if param_choice(self, "method", METHODS) == "BILINEAR" else 0
+    Shift(shift, Dtype.INT8).write(self, "interp_")

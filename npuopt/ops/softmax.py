@@ -1,47 +1,180 @@
-"""Softmax along `axis` (default: the last).
+"""Softmax along `axis` (default: the last); float: torch's, in float32.
 
-Quantized: d = max_along_axis(q) - q >= 0; e = lut[d] where lut[i] =
-round_half_up(exp(-i * 2^k / s_in) * 2^15) (int32, 2^lut_bits entries, k = in_bits -
-lut_bits, interpolated when k > 0, negative results set to 0); S = sum of e along the axis;
-q_out = round_div(e * Q, S) with Q = 2^bits - 1 the unsigned output's qmax, so the
-output scale is Q and zp 0 (softmax values in [0, 1])."""
+Quantized, the tool chain's forms (`quantize_method`; R(X, M, s) is qmath.requantize
+into the output, b the input's bits, d = q - max_along_axis(q) <= 0):
+
+* LUT (what npuopt writes): y = lut[d + 2^b - 1] (qmath.lut_lookup over b index bits,
+  unsigned), S = sum y along the axis (int64), D = max(S, 1), c = 31 (30 when the
+  table's largest entry is 1), M/s = scale_value/shift_value. If the axis is shorter
+  than 8, (elements / axis length) % 128 == 0 and b <= 8: e = c - ceil(log2(max lut)),
+  z = trunc(((y << e) + (S >> 1)) / D), out = R(z, M, s + e); otherwise
+  e = c - ceil(log2(M)), r = trunc(M * 2^e / D), out = R(y * r, 1, s + e). The
+  ceil(log2) are taken in float32. npuopt's table: entry i = round(exp((i * 2^(b-k)
+  - 2^b + 1) / s_in) * (2^m - 1)) for 2^k entries, m bits wide (m grows with the axis
+  length, the sum staying below 2^31).
+* FAST_EXP (read only), a = adjust_q, Mi/si = input_scale/input_shift (2^si / Mi ~ the
+  input scale over log2(e)), P = pow2_out_q, B = the output's bits. With a >= 8:
+  t = (d * Mi) >> (si - a) (a left shift when si <= a), y = qmath.pow2_fixed(t, a, P),
+  S = clamp(sum y, 1, 2^31 - 1), out = pow2_fixed(t - log2_fixed(S, P, a), a, B)
+  saturated to the output dtype; with a in {0, 1}: t = (d * Mi) >> si, y = 2^(P + t)
+  (0 when P + t < 0), u = (((t + B) << a) - log2_coarse(S, P, a)) >> a,
+  out = R(2^u (0 when u < 0), 1, 0).
+* LUT with `is_perf_mode` and a `float_lut` constant (X3 targets; read only): the
+  tool chain's float computation with values truncated to 24 bits (fp24):
+  f = fp24((max - q) * fp24(-1 / (0.6931471 * s_in))), y = 2^f from float_lut
+  (fp24, see _pow2_fp24), score = fp24(1 / fp24(sum y)) * fp24(fp16(y)) * s_out,
+  out = clamp(round_half_even(score) - zp).
+"""
+import math
+
 import torch
 
+from ..dtype import Dtype
+from ..errors import IRError
+from ..quant import fields, qmath
 from ..quant import tensors as QT
-from ..quant import layers as QL  # noqa: F401  (being ported)
-from ..quant import qmath
+from ..quant.fields import Rescale
+from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 
-EXP_ONE = 1 << 15
+SMALL_AXIS = 8
+SMALL_ROWS_MULTIPLE = 128
+SUM_BITS = 31
+FAST_EXP_MIN_FINE_ADJUST = 8
+LN2_APPROX = 0.6931471
+PERF_CLAMP = 126.9
+MANTISSA_STEPS = (1 << 16) - 1
+INTERP_BITS = 7
+
+
+def softmax_axis(node, ndim: int) -> int:
+    axis = int(node.get_param("axis", -1))
+    if not -ndim <= axis < ndim:
+        raise IRError(f"layer '{node.name}' (Softmax): axis {axis} out of range for a {ndim}-D input")
+    return axis % ndim
+
+
+# ---- LUT ------------------------------------------------------------------------------
+def ceil_log2_f32(v) -> int:
+    return int(torch.ceil(torch.log2(torch.tensor(float(v), dtype=torch.float32))))
+
+
+def lut_softmax(node, q: torch.Tensor, axis: int, x_t, out_t):
+    table, dtype = fields.read_lut(node)
+    b = x_t.qbits
+    index = q - q.amax(dim=axis, keepdim=True) + ((1 << b) - 1)
+    y = qmath.lut_lookup(index, table, b, dtype.bits, dtype.is_signed)
+    total = y.sum(dim=axis, keepdim=True)
+    denominator = total.clamp(min=1)
+    table_max = float(table.max().to(torch.float32))
+    c = SUM_BITS - 1 if table_max == 1 else SUM_BITS
+    rescale = Rescale.read(node)
+    m, s = rescale.multiplier, rescale.shift
+    rows = q.numel() / q.shape[axis]
+    zp, lo, hi = out_t.zerop, out_t.qmin, out_t.qmax
+    if q.shape[axis] < SMALL_AXIS and rows % SMALL_ROWS_MULTIPLE == 0 and b <= 8:
+        e = c - ceil_log2_f32(table_max)
+        z = torch.div((y << e) + (total >> 1), denominator, rounding_mode="trunc")
+        return qmath.requantize(z, m, s + e, zp, lo, hi)
+    e = c - ceil_log2_f32(m)
+    reciprocal = torch.div(torch.full_like(denominator, m << e), denominator, rounding_mode="trunc")
+    return qmath.requantize(y * reciprocal, 1, s + e, zp, lo, hi)
+
+
+# ---- FAST_EXP ---------------------------------------------------------------------------
+def fast_exp_softmax(node, q: torch.Tensor, axis: int, adjust: int, out_t):
+    if 1 < adjust < FAST_EXP_MIN_FINE_ADJUST:
+        raise IRError(f"layer '{node.name}' (Softmax): adjust_q {adjust} is not one of 0, 1, 8..15")
+    rescale = Rescale.read(node, "input_")
+    mi, si = rescale.multiplier, rescale.shift
+    p = int(node.get_param("pow2_out_q"))
+    out_bits = out_t.qbits
+    d = q - q.amax(dim=axis, keepdim=True)
+    if adjust >= FAST_EXP_MIN_FINE_ADJUST:
+        t = (d * mi) >> (si - adjust) if si > adjust else (d * mi) << (adjust - si)
+        total = qmath.pow2_fixed(t, adjust, p).sum(dim=axis, keepdim=True).clamp(1, (1 << SUM_BITS) - 1)
+        y = qmath.pow2_fixed(t - qmath.log2_fixed(total, p, adjust), adjust, out_bits)
+        return y.clamp(out_t.dtype.qmin, out_t.dtype.qmax)
+    t = (d * mi) >> si
+    y = (1 << (p + t)) * ((p + t) >= 0)
+    total = y.sum(dim=axis, keepdim=True).clamp(1, (1 << SUM_BITS) - 1)
+    u = (((t + out_bits) << adjust) - qmath.log2_coarse(total, p, adjust)) >> adjust
+    return qmath.requantize((1 << u) * (u >= 0), 1, 0, 0, out_t.qmin, out_t.qmax)
+
+
+# ---- LUT, X3 performance mode -----------------------------------------------------------
+def _fp24(v: torch.Tensor) -> torch.Tensor:
+    """float32 with the 8 low mantissa bits cleared."""
+    return (v.to(torch.float32).view(torch.int32) & -256).view(torch.float32)
+
+
+def _pow2_fp24(f: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """2^f for f <= 0 in float32: f limited to >= -126.9, 16 fraction bits of which the
+    top 9 index `table` and the low 7 interpolate, times 2^floor(f), fp24."""
+    f = torch.where(f < PERF_CLAMP * -1, torch.tensor(-PERF_CLAMP, dtype=torch.float32), f)
+    whole = f.floor()
+    fraction = ((f - whole) * MANTISSA_STEPS).to(torch.int64)
+    i = fraction >> INTERP_BITS
+    step = table[i + 1] - table[i]
+    y = table[i] + (step * (fraction & ((1 << INTERP_BITS) - 1))) * (2.0 ** -INTERP_BITS)
+    return _fp24(y * (2.0 ** whole))
+
+
+def perf_lut_softmax(node, q: torch.Tensor, axis: int, x_t, out_t):
+    x = _fp24(q.to(torch.float32))
+    factor = _fp24(-1 / (LN2_APPROX * torch.tensor([x_t.scale], dtype=torch.float32)))
+    f = _fp24((x.amax(dim=axis, keepdim=True) - x) * factor)
+    y = _pow2_fp24(f, node.get_constant("float_lut").betensor.to(torch.float32))
+    reciprocal = _fp24(1 / _fp24(y.sum(dim=axis, keepdim=True)))
+    score = _fp24(y.half().float()) * torch.tensor([out_t.scale], dtype=torch.float32) * reciprocal
+    return (torch.round(score) - out_t.zerop).clamp(out_t.qmin, out_t.qmax)
 
 
 @op_register(OpType.Softmax, "1.0")
 def softmax_forward(self, *args):
-    axis = int(self.get_param("axis", -1))
-    if self.quantized:
-        x_t, out_t = self.inputs[0], self.outputs[0]
-        q = x_t.betensor.to(torch.int64)
-        d = q.amax(dim=axis, keepdim=True) - q
-        e = qmath.lut_lookup(d, self.get_constant("lut").betensor, 0, x_t.dtype.bits).clamp_(min=0)
-        total = e.sum(dim=axis, keepdim=True)
-        return QL.store_output(self, qmath.round_div(e * out_t.dtype.qmax, total), out_t)
-    out = torch.softmax(self.inputs[0].betensor, dim=axis)
-    self.outputs[0].betensor = out
-    return out
+    x_t, out_t = self.inputs[0], self.outputs[0]
+    axis = softmax_axis(self, x_t.betensor.dim())
+    if not self.quantized:
+        out_t.betensor = torch.softmax(x_t.betensor.to(torch.float32), dim=axis)
+        return out_t.betensor
+    q = x_t.betensor.to(torch.int64)
+    adjust = int(self.get_param("adjust_q", -1))
+    if self.get_param("is_perf_mode", False) and str(self.get_param("quantize_method", "")).upper() == "LUT" \
+            and "float_lut" in self.constants:
+        y = perf_lut_softmax(self, q, axis, x_t, out_t)
+    elif adjust >= 0:
+        y = fast_exp_softmax(self, q, axis, adjust, out_t)
+    else:
+        y = lut_softmax(self, q, axis, x_t, out_t)
+    return QT.store_output(self, y, out_t)
+
+
+# ---- quantize ---------------------------------------------------------------------------
+def exp_table_bits(axis_length: int) -> int:
+    """Width m of the exp table: the rounding of small entries (~ 2^-m) against the
+    reciprocal's truncation (~ 2^(m + ceil(log2 n) - 31)), balanced, with every sum
+    of n entries below 2^31."""
+    ibits = max(0, math.ceil(math.log2(axis_length)))
+    return max(1, min(SUM_BITS - ibits, 15 + (ibits + 1) // 2))
 
 
 @quant_register(OpType.Softmax, "1.0")
 def softmax_quantize(self, *args):
-    raise QT.Unsupported(f"layer '{self.name}' ({self.type}): quantized form not ported to the tool chain's format yet")
-    QL.check_quantized_inputs(self)
+    """LUT form: the table of exp(x - max) sampled where the lookup reads it, the
+    output unsigned from its calibrated range."""
+    QT.check_quantized_inputs(self)
     x_t, out_t = self.inputs[0], self.outputs[0]
-    st = QL.settings_of(self)
-    bits = st.activation_bits
-    qmax = (1 << bits) - 1
-    QL.set_quantization(out_t, float(qmax), 0, 0, qmax, bits, False, 0.0, 1.0)
-    in_bits = x_t.dtype.bits
-    lut_bits = qmath.lut_bits_for(in_bits, st.lut_items_in_bits)
-    step = 1 << (in_bits - lut_bits)
-    i = torch.arange(1 << lut_bits, dtype=torch.float64) * step
-    table = torch.floor(torch.exp(-i / float(x_t.scale)) * EXP_ONE + 0.5).to(torch.int64)
-    QL.set_lut(self, table, QL.Dtype.INT32)
+    if x_t.qinvariant or x_t.is_per_channel:
+        raise QT.Unsupported(f"layer '{self.name}' (Softmax): unscaled or per-channel input")
+    st = settings_of(self)
+    axis = softmax_axis(self, len(x_t.ir_shape))
+    QT.quantize_activation(self, out_t, signed=False)
+    b = x_t.qbits
+    k = min(b, st.lut_items_in_bits)
+    m = exp_table_bits(int(x_t.ir_shape[axis]))
+    top = (1 << m) - 1
+    d = torch.arange(1 << k, dtype=torch.float64) * (1 << (b - k)) - ((1 << b) - 1)
+    table = torch.floor(torch.exp(d / float(x_t.scale)) * top + 0.5).clamp_(0, top)
+    fields.write_lut(self, table, Dtype.UINT16 if m <= 16 else Dtype.UINT32)
+    self.params["quantize_method"] = "LUT"
+    Rescale.from_ratio(out_t.scale, st.multiplier_bits).write(self)

@@ -218,9 +218,10 @@ def read_top_fields(node, values: dict) -> None:
         if t.dtype.is_integer and ("layer_top_scale" in values or "layer_top_range" in values):
             t.qbits = t.dtype.bits
             t.qmin, t.qmax = t.dtype.qmin, t.dtype.qmax
-            if "layer_top_range" in values:
+            if "layer_top_range" in values:  # a float range (a parser IR of a quantized model) is not a clamp
                 lo, hi = values["layer_top_range"][i]
-                t.qmin, t.qmax = int(lo), int(hi)
+                if float(lo).is_integer() and float(hi).is_integer():
+                    t.qmin, t.qmax = int(lo), int(hi)
 
 
 def constant_quant_fields(node):
@@ -263,3 +264,23 @@ def read_constant_quant_fields(node) -> None:
         c.qmin, c.qmax = c.dtype.qmin, c.dtype.qmax
         if isinstance(c.scale, torch.Tensor) or isinstance(c.zerop, torch.Tensor):
             c.key_axis = 0
+
+
+@dataclass
+class Shift:
+    """A lone shift: params `<p>shift_value` and `<p>shift_type` (Resize's `interp_`,
+    LayerNorm's `var_`)."""
+    value: int
+    type: Dtype = SHIFT_DTYPE
+
+    def write(self, node, prefix: str) -> None:
+        node.params[f"{prefix}shift_value"] = int(self.value)
+        node.params[f"{prefix}shift_type"] = self.type.value
+
+    @classmethod
+    def read(cls, node, prefix: str) -> "Shift":
+        key = f"{prefix}shift_value"
+        value = _int_or_tensor(node.get_param(key), node, key)
+        if isinstance(value, torch.Tensor):
+            raise IRError(f"layer '{node.name}' ({node.type}): '{key}' must be one integer")
+        return cls(value)

@@ -24,6 +24,7 @@ from ..errors import QuantizeError
 EXACT_FLOAT32 = 1 << 24   # every integer of magnitude <= 2^24 is a float32
 EXACT_FLOAT64 = 1 << 53
 FLOAT32_EPS = float(torch.finfo(torch.float32).eps)
+EMPTY_RANGE = 1e-30
 
 
 # ---- float <-> integer ------------------------------------------------------
@@ -160,7 +161,9 @@ def linear_quant_params(lo, hi, bits: int, symmetric: bool, full_range: bool, si
       doubled when signed;
     * asymmetric: scale = (qmax - qmin) / (hi - lo), zp = round(lo * scale) - qmin
       (so q(lo) = qmin), kept within [-(2^(bits-1) - 1), 2^(bits-1) - 1];
-    * a range narrower than float32's epsilon gets scale 1.
+    * an empty range (narrower than 1e-30) gets scale 1. (The tool chain's own
+      quantizer already treats ranges narrower than float32's epsilon as empty, which
+      zeroes models whose activations are that small; npuopt resolves them.)
 
     scale is float32 (returned as a Python float, or a float32 tensor per channel)."""
     qmin, qmax = integer_range(bits, signed, full_range or not symmetric)
@@ -178,7 +181,7 @@ def linear_quant_params(lo, hi, bits: int, symmetric: bool, full_range: bool, si
         f_range = hi_t - lo_t
         zfactor = lo_t
         zoffset = float(qmin)
-    f_range = torch.where((f_range < FLOAT32_EPS) | torch.isnan(f_range), q_range, f_range)
+    f_range = torch.where((f_range < EMPTY_RANGE) | torch.isnan(f_range), q_range, f_range)
     scale = q_range / f_range
     limit = (1 << (bits - 1)) - 1
     zp = torch.clamp(torch.round(scale * zfactor) - zoffset, -limit, limit).to(torch.int64)
@@ -309,3 +312,70 @@ def exact_matmul(a: torch.Tensor, b: torch.Tensor, a_absmax: int = None, bound: 
 def l1_bound(w: torch.Tensor, x_absmax: int) -> float:
     """max over output channels of x_absmax * sum|w[o]|: bounds |sum w*x| (w: [O, ...])."""
     return float(w.abs().to(torch.float64).reshape(w.shape[0], -1).sum(dim=1).max()) * x_absmax if w.numel() else 0.0
+
+
+# ---- fixed-point functions (LayerNorm's inverse square root, Softmax's FAST_EXP) ----
+# The tool chain's fixed-point helpers work on a value normalized into [2^30, 2^31)
+# and read small tables; the tables are these formulas (they equal the tool chain's
+# entry for entry, and are what a quantized IR stores as `lut`/`log2_lut`/`pow2_lut`).
+ISQRT_TABLE = torch.tensor([min(32767, math.floor(32768 / math.sqrt(1 + i / 64) + 0.5)) for i in range(193)])
+LOG2_TABLE = torch.tensor([math.floor(math.log2(1 + i / 256) * 32768 + 0.5) for i in range(256)])
+POW2_TABLE = torch.tensor([math.floor(2 ** (i / 256) * 32768 + 0.5) for i in range(256)])
+SQRT2_Q30 = math.floor(2 ** 30.5 + 0.5)
+
+
+def normalize_q30(v: torch.Tensor):
+    """(v << n, n) with n the left shifts (at most 30) that bring v into [2^30, 2^31):
+    0 for v >= 2^30, 30 for v <= 1 (int64 tensors)."""
+    v = v.to(torch.int64)
+    _, bit_length = torch.frexp(v.clamp(min=1).to(torch.float64))  # exact below 2^53; beyond, n is 0 anyway
+    n = (31 - bit_length.to(torch.int64)).clamp_(0, 30)
+    return v << n, n
+
+
+def inverse_sqrt(v: torch.Tensor) -> torch.Tensor:
+    """~2^31 / sqrt(v) for 0 <= v < 2^31 (v = 0 gives 2^31 - 2^16), the tool chain's
+    integer form: normalize v = m * 2^e (m in [2^30, 2^31)), halve m when e is odd,
+    i = index of m's top bits in ISQRT_TABLE (entry i = 2^15 / sqrt(1 + i/64)),
+    interpolate linearly on the next 15 bits, shift right by (e - 1) // 2."""
+    if v.numel() and (int(v.min()) < 0 or int(v.max()) >= 1 << 31):
+        raise QuantizeError(f"inverse square root of {int(v.max())}: outside [0, 2^31)")
+    m, n = normalize_q30(v)
+    e = 31 - n
+    m = torch.where((e & 1) == 1, m >> 1, m) >> 7
+    e = (e - 1) >> 1
+    i = ((m >> 16) - 64).clamp_(min=0)
+    frac = (m >> 1) & 0x7FFF
+    table = ISQRT_TABLE.to(v.device)
+    y0 = table[i]
+    return ((y0 << 16) - (((y0 - table[i + 1]) * frac) << 1)) >> e
+
+
+def pow2_fixed(x: torch.Tensor, in_frac_bits: int, out_frac_bits: int) -> torch.Tensor:
+    """2^(x / 2^in_frac_bits) * 2^out_frac_bits for x <= 0, the tool chain's form: the
+    fraction's top 8 bits index POW2_TABLE (entry i = 2^15 * 2^(i/256), no
+    interpolation), (entry << 15) >> (30 - out_frac_bits - integer part); shifts of 64
+    or more (or negative) give 0, as torch's int64 shift does. in_frac_bits >= 8."""
+    x = x.to(torch.int64)
+    whole = x >> in_frac_bits
+    i = (x & ((1 << in_frac_bits) - 1)) >> (in_frac_bits - 8)
+    return (POW2_TABLE.to(x.device)[i] << 15) >> (30 - out_frac_bits - whole)
+
+
+def log2_fixed(x: torch.Tensor, in_frac_bits: int, out_frac_bits: int) -> torch.Tensor:
+    """log2(x / 2^in_frac_bits) * 2^out_frac_bits for x >= 1, the tool chain's form:
+    normalize x (n left shifts), LOG2_TABLE at the next 8 bits (entry i =
+    2^15 * log2(1 + i/256), no interpolation), (entry << 15) >> (30 - out_frac_bits),
+    minus (n - 30 + in_frac_bits) << out_frac_bits."""
+    m, n = normalize_q30(x)
+    y = (LOG2_TABLE.to(x.device)[(m >> 22) & 0xFF] << 15) >> (30 - out_frac_bits)
+    return y - ((n - (30 - in_frac_bits)) << out_frac_bits)
+
+
+def log2_coarse(x: torch.Tensor, in_frac_bits: int, out_frac_bits: int) -> torch.Tensor:
+    """The integer part of log2(x / 2^in_frac_bits), scaled by 2^out_frac_bits, plus 1
+    when out_frac_bits > 0 and the normalized x passes 2^30.5 (Softmax FAST_EXP with
+    adjust_q 0 or 1)."""
+    m, n = normalize_q30(x)
+    half = (m > SQRT2_Q30).to(torch.int64) if out_frac_bits else torch.zeros_like(m)
+    return half - ((n - (30 - in_frac_bits)) << out_frac_bits)

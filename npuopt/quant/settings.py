@@ -15,7 +15,13 @@ class QuantSettings:
     calibration_strategy_for_weight: str = "extrema"
     calibration_strategy_for_activation: str = "mean"
     histc_bins: int = 2048
+    multiplier_bits: int = 0          # 0: the activation bits, at most 15 (resolved at construction)
+    unify_shifts_for_aiff: bool = True
     trigger_float_op: bool = False
+
+    def __post_init__(self):
+        if not self.multiplier_bits:
+            self.multiplier_bits = min(int(self.activation_bits), 15)
 
     @classmethod
     def names(cls):
@@ -23,11 +29,6 @@ class QuantSettings:
 
     def as_dict(self):
         return OrderedDict((n, getattr(self, n)) for n in self.names())
-
-    @property
-    def multiplier_bits(self) -> int:
-        """Width of a rescale multiplier: the activations' bits (at most 15), as the tool chain has it."""
-        return min(self.activation_bits, 15)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,19 @@
-"""Integer primitives of docs/integer-semantics.md ("Conventions" and "The
-output stage"), on int64 NumPy arrays. Every function either computes the
-exact mathematical integer or raises: an int64 overflow is never silent."""
+"""Arithmetic primitives of docs/integer-semantics.md, on NumPy arrays.
+
+Integers are int64 and every integer function computes the exact
+mathematical result or raises (an int64 overflow is never silent). Where the
+tool chain deliberately computes in float32 (graph input quantization,
+DeQuantize, a fused RELU, BatchNorm, AVG pooling's multiplier), the function
+says so and performs that float32 step explicitly in NumPy float32; where it
+computes in float64 (the rescale), the float64 rounding is reproduced in
+integers, so the result is the tool chain's bit for bit.
+"""
 import numpy as np
 
-from .irfile import DType
-
-_EXACT_FLOAT64 = 1 << 53
 _INT64_SAFE = 1 << 62
+_FLOAT64_EXACT_BITS = 53
+INT48 = (-(1 << 47), (1 << 47) - 1)
+UINT48 = (0, (1 << 48) - 1)
 
 
 def absmax(x) -> int:
@@ -19,90 +26,138 @@ def check_range(layer, bound: int, what: str) -> None:
         raise layer.error(f"{what} could reach {bound}, beyond int64: npuopt-run does not support it")
 
 
-def quantize(f: np.ndarray, scale: float, zp: int, dtype: DType) -> np.ndarray:
-    """Input/Quantize: in float32, in this order: t = f*scale; t -= zp; t += 0.5;
-    q = floor(t); clamp to the dtype; NaN -> 0, +inf -> qmax, -inf -> qmin."""
+# ---- rounding ------------------------------------------------------------------
+def shift_round_even(v: np.ndarray, s) -> np.ndarray:
+    """round_half_even(v / 2^s) for s > 0 (ties to the even integer), v * 2^-s for s <= 0.
+    `s` is an int or an int array broadcasting against v."""
+    v = np.asarray(v, np.int64)
+    s = np.asarray(s, np.int64)
+    right = np.clip(s, 0, 63)                         # |v| < 2^62: beyond 63 the result is 0 anyway
+    q = np.right_shift(v, right)                      # floor(v / 2^s)
+    rest = v - np.left_shift(q, right)                # in [0, 2^s)
+    half = np.where(right > 0, np.left_shift(np.int64(1), np.maximum(right - 1, 0)), 1)
+    up = (rest > half) | ((rest == half) & (right > 0) & (q & 1 == 1))
+    return np.where(s > 0, q + up, np.left_shift(v, np.maximum(-s, 0)))
+
+
+def as_float64(v: np.ndarray) -> np.ndarray:
+    """The integers v rounded to the nearest float64 (53 significant bits, ties to even),
+    as integers: what `v.double()` holds for an exact integer v."""
+    v = np.asarray(v, np.int64)
+    magnitude = np.abs(v)
+    if not v.size or magnitude.max() < (1 << _FLOAT64_EXACT_BITS):
+        return v
+    extra = np.maximum(_bit_length(magnitude) - _FLOAT64_EXACT_BITS, 0)
+    return np.left_shift(shift_round_even(v, extra), extra)
+
+
+def as_float32(v: np.ndarray) -> np.ndarray:
+    """The integers v rounded to the nearest float32 (ties to even), as integers: the
+    tool chain's float32 step on an integer tensor (`x.float()`)."""
+    return np.asarray(v, np.int64).astype(np.float32).astype(np.int64)
+
+
+def _bit_length(m: np.ndarray) -> np.ndarray:
+    """bit_length of non-negative int64s, exactly (no float logarithm)."""
+    out = np.zeros(m.shape, np.int64)
+    m = m.copy()
+    for step in (32, 16, 8, 4, 2, 1):
+        big = m >= (np.int64(1) << step)
+        out += np.where(big, step, 0)
+        m = np.where(big, m >> step, m)
+    return out + (m > 0)
+
+
+# ---- the rescale -------------------------------------------------------------------
+def requantize(layer, x: np.ndarray, multiplier, shift, zp, lo, hi) -> np.ndarray:
+    """clamp(round_half_even(x * M * 2^-shift) - zp, lo, hi), as the tool chain computes
+    it in float64: the product x * M is rounded to a float64 (exact below 2^53, and
+    reproduced in integers beyond), the power-of-two scaling is exact. M, shift, zp
+    and the bounds are ints or int arrays broadcasting against x."""
+    x = np.asarray(x, np.int64)
+    m = np.asarray(multiplier, np.int64)
+    s = np.asarray(shift, np.int64)
+    left = int(max(0, -s.min(initial=0)))
+    check_range(layer, absmax(x) * absmax(m) << left, "the rescale x * M * 2^-shift")
+    y = shift_round_even(as_float64(x * m), s)
+    return np.clip(y - np.asarray(zp, np.int64), lo, hi).astype(np.int64)
+
+
+# ---- float <-> integer ------------------------------------------------------------
+def quantize(f: np.ndarray, scale, zp, lo: int, hi: int) -> np.ndarray:
+    """Graph inputs and Quantize, in float32 as the tool chain does it:
+    q = round_half_even(fl32(fl32(scale * f) - zp)), clamped to [lo, hi]; NaN gives 0,
+    +-inf saturate."""
     f = np.asarray(f, np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        t = f * np.float32(scale)
+        t = np.float32(scale) * f
         t = t - np.float32(zp)
-        t = t + np.float32(0.5)
-        t = np.floor(t)
-    t = np.where(np.isnan(t), np.float32(0), t)
-    return np.clip(t, dtype.qmin, dtype.qmax).astype(np.int64)
+        t = np.rint(t)
+    t = np.clip(t, np.float32(lo), np.float32(hi))
+    return np.where(np.isnan(t), np.float32(0), t).astype(np.int64)
 
 
 def dequantize(q: np.ndarray, scale, zp) -> np.ndarray:
-    """DeQuantize: float32(q + zp) / float32(scale)."""
-    return ((np.asarray(q, np.int64) + np.int64(zp)).astype(np.float32) / np.float32(scale)).astype(np.float32)
+    """DeQuantize, in float32 as the tool chain does it: fl32(q + zp) * fl32(1 / scale)."""
+    reciprocal = np.float32(1.0) / np.float32(scale)
+    return (np.asarray(q, np.int64) + np.int64(zp)).astype(np.float32) * reciprocal
 
 
-def rrs(v: np.ndarray, s) -> np.ndarray:
-    """Rounding right shift: s >= 1: floor((v + 2^(s-1)) / 2^s); s = 0: v; s < 0: v * 2^-s.
-    `s` is an int or an array broadcasting against v (per channel)."""
-    v = np.asarray(v, np.int64)
-    s = np.asarray(s, np.int64)
-    right = np.maximum(s, 0)
-    half = np.where(right > 0, np.left_shift(np.int64(1), np.maximum(right - 1, 0)), 0)
-    return np.where(s > 0, np.right_shift(v + half, right), np.left_shift(v, np.maximum(-s, 0)))
+def scale_approximation_f32(ratio: np.ndarray, mult_bits: int):
+    """Multiplier and shift of a float32 ratio, derived at run time in float32 exactly as
+    the tool chain's get_scale_approximation_params does (AVG pooling):
+    t = fl32((2^b - 1) / r), b = min(mult_bits, 15); shift = min(floor(log2(t)), 31);
+    M = floor(fl32(r * 2^shift) + 0.5); when every M equals 2^shift, (1, 0).
+    log2 is the float64 logarithm rounded to float32 (the correctly rounded float32
+    log2, which PyTorch's float32 log2 agrees with on every value tried)."""
+    r = np.asarray(ratio, np.float32)
+    top = np.float32(2.0 ** min(int(mult_bits), 15) - 1.0)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        t = top / r
+        log2 = np.log2(t.astype(np.float64)).astype(np.float32)
+    shift = np.minimum(np.floor(log2), np.float32(31))
+    if not np.isfinite(shift).all():
+        raise ValueError(f"AVG pooling ratio {r.reshape(-1)[:4]} has no multiplier/shift")
+    power = np.ldexp(np.float32(1.0), shift.astype(np.int64)).astype(np.float32)
+    mult = np.floor(r * power + np.float32(0.5))
+    if np.abs(mult.astype(np.float64) - power.astype(np.float64)).max(initial=0.0) < np.finfo(np.float32).eps:
+        return np.ones(r.shape, np.int64), np.zeros(r.shape, np.int64)
+    return mult.astype(np.int64), shift.astype(np.int64)
 
 
-def rrs_bound(v_bound: int, s) -> int:
-    """A bound on |intermediates| of rrs for |v| <= v_bound."""
-    s = np.asarray(s, np.int64)
-    return v_bound * (1 << int(max(0, -s.min(initial=0)))) + (1 << int(max(0, s.max(initial=0))))
-
-
-def round_div(a: np.ndarray, b) -> np.ndarray:
-    """floor((2a + b) / (2b)) for b > 0, i.e. floor(a/b + 1/2)."""
-    b = np.asarray(b, np.int64)
-    return np.floor_divide(2 * np.asarray(a, np.int64) + b, 2 * b)
-
-
-def bounds(layer, dtype: DType):
-    """Saturation bounds: the dtype's range, intersected with activation_qmin/qmax when present."""
-    lo, hi = dtype.qmin, dtype.qmax
-    if "activation_qmin" in layer.params:
-        lo = max(lo, int(layer.param("activation_qmin")))
-    if "activation_qmax" in layer.params:
-        hi = min(hi, int(layer.param("activation_qmax")))
-    return lo, hi
-
-
-def saturate(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    return np.clip(x, lo, hi).astype(np.int64)
-
-
+# ---- exact products ------------------------------------------------------------------
 def exact_matmul(layer, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b of integer arrays, exactly. When every partial sum is provably
-    below 2^53 in magnitude the product is taken in float64 (BLAS; exact for
-    such integers), else in int64."""
+    """a @ b of integer arrays, exactly. When every partial sum is provably below 2^53
+    in magnitude the product is taken in float64 (BLAS; exact for such integers),
+    else in int64."""
     bound = absmax(a) * absmax(b) * a.shape[-1]
-    if bound < _EXACT_FLOAT64:
+    if bound < 1 << _FLOAT64_EXACT_BITS:
         return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
     check_range(layer, bound, "an accumulator")
     return np.matmul(a.astype(np.int64), b.astype(np.int64))
 
 
-def lut_lookup(layer, q: np.ndarray, lut: np.ndarray, qmin_in: int, bits: int) -> np.ndarray:
-    """The table lookup with linear interpolation (Activation LUTs, Softmax):
-    d = q - qmin_in; k = bits - log2(L); k = 0: lut[d]; k > 0: i = d >> k,
-    r = d & (2^k - 1), j = clamp(i + 1, 1, L - 1), lut[i] + RRS((lut[j] - lut[j-1]) * r, k)."""
-    lut = lut.reshape(-1).astype(np.int64)
-    n = lut.size
-    lb = n.bit_length() - 1
-    if n < 2 or n != 1 << lb:
-        raise layer.error(f"lut has {n} entries; it must have 2^n >= 2", "lut_offset")
-    k = bits - lb
-    if k < 0:
-        raise layer.error(f"lut of {n} entries is longer than the {bits}-bit input range", "lut_offset")
-    d = np.asarray(q, np.int64) - qmin_in
-    if d.size and (d.min() < 0 or d.max() >= 1 << bits):
-        raise layer.error(f"lut index {d.min()}..{d.max()} outside 0..{(1 << bits) - 1}")
-    if k == 0:
-        return lut[d]
-    i = d >> k
-    r = d & ((1 << k) - 1)
-    j = np.clip(i + 1, 1, n - 1)
-    check_range(layer, rrs_bound(absmax(np.diff(lut)) * ((1 << k) - 1), k), "a lut interpolation")
-    return lut[i] + rrs((lut[j] - lut[j - 1]) * r, k)
+# ---- lookup tables -------------------------------------------------------------------
+def lut_lookup(layer, index: np.ndarray, lut: np.ndarray, index_bits: int, lo: int, hi: int) -> np.ndarray:
+    """The tool chain's table lookup: a table of 2^k entries, the entry past the end
+    repeating the last one; with b = index_bits - k > 0: i = index >> b,
+    r = index - i * 2^b, out = lut[i] + floor((lut[i+1] - lut[i]) * r / 2^b); with
+    b <= 0 out = lut[index]. The result is clamped to [lo, hi] (the table dtype's range)."""
+    table = lut.reshape(-1).astype(np.int64)
+    n = table.size
+    k = n.bit_length() - 1
+    if n < 1 or n != 1 << k:
+        raise layer.error(f"lut has {n} entries; it must have 2^n", "lut_offset")
+    index = np.asarray(index, np.int64)
+    if index.size and (index.min() < 0 or index.max() >= max(1 << index_bits, n)):
+        raise layer.error(f"lut index {index.min()}..{index.max()} outside 0..{(1 << index_bits) - 1}")
+    table = np.append(table, table[-1])
+    b = index_bits - k
+    if b > 0:
+        i = index >> b
+        r = index - (i << b)
+        check_range(layer, absmax(np.diff(table)) << b, "a lut interpolation")
+        out = table[i] + (((table[i + 1] - table[i]) * r) >> b)
+    else:
+        out = table[index]
+    return np.clip(out, lo, hi).astype(np.int64)

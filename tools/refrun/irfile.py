@@ -35,11 +35,15 @@ def _dtypes() -> Dict[str, DType]:
     table = [("float32", "<f4", 32, False, True), ("float16", "<f2", 16, False, True),
              ("bfloat16", "<u2", 16, False, True), ("float64", "<f8", 64, False, True),
              ("bool", "u1", 8, False, False)]
-    for bits, storage in ((4, "1"), (8, "1"), (16, "2"), (32, "4"), (64, "8")):
-        # int4/uint4 take one byte per element in the .bin (not packed).
-        table += [(f"int{bits}", f"<i{storage}", bits, True, True),
-                  (f"uint{bits}", f"<u{storage}", bits, True, False)]
-    return {name: DType(name, storage, bits, is_int, signed) for name, storage, bits, is_int, signed in table}
+    for name, bits, storage in (("aligned_int4", 4, "1"), ("int8", 8, "1"), ("aligned_int12", 12, "2"),
+                                ("int16", 16, "2"), ("int32", 32, "4"), ("int64", 64, "8")):
+        # the aligned types take a whole byte (int4) or two (int12) per element in the .bin
+        table += [(name, f"<i{storage}", bits, True, True),
+                  (name.replace("int", "uint"), f"<u{storage}", bits, True, False)]
+    dtypes = {name: DType(name, storage, bits, is_int, signed) for name, storage, bits, is_int, signed in table}
+    for short in ("int4", "uint4", "int12", "uint12"):  # read as the tool chain's aligned types
+        dtypes[short] = dtypes["aligned_" + short]
+    return dtypes
 
 
 DTYPES = _dtypes()
@@ -127,8 +131,10 @@ class Layer:
     top_types: List[DType]
     top_scales: Optional[list]
     top_zps: Optional[list]
+    top_ranges: Optional[list]
     params: Dict[str, object] = field(default_factory=dict)
     consts: Dict[str, np.ndarray] = field(default_factory=dict)
+    const_types: Dict[str, DType] = field(default_factory=dict)
 
     def error(self, message: str, key: str = None) -> RefrunError:
         line = self.lines.get(key, self.line) if key else self.line
@@ -148,6 +154,23 @@ class Layer:
 
     def has_const(self, name: str) -> bool:
         return name in self.consts
+
+    def top_range(self, i: int = 0) -> Tuple[int, int]:
+        """The integer range of top i: its layer_top_range, else its dtype's range."""
+        dtype = self.top_types[i]
+        if self.top_ranges is None or not dtype.is_int:
+            return dtype.qmin, dtype.qmax
+        bounds = []
+        for v in self.top_ranges[i]:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+                raise self.error(f"layer_top_range entry {v!r} of an integer tensor is not an integer",
+                                 "layer_top_range")
+            bounds.append(int(v))
+        lo, hi = bounds
+        if not dtype.qmin <= lo <= hi <= dtype.qmax:
+            raise self.error(f"layer_top_range [{lo}, {hi}] of '{self.tops[i]}' is not within {dtype.name} "
+                             f"[{dtype.qmin}, {dtype.qmax}]", "layer_top_range")
+        return lo, hi
 
 
 @dataclass
@@ -283,7 +306,13 @@ def _layer(block, path: str, weights: "_Weights") -> Layer:
             parallel(key, len(bottoms))
     scales = parallel("layer_top_scale", len(tops)) if "layer_top_scale" in values else None
     zps = parallel("layer_top_zp", len(tops)) if "layer_top_zp" in values else None
-    layer = Layer(name, ltype, path, first, lines, bottoms, tops, shapes, types, scales, zps)
+    ranges = parallel("layer_top_range", len(tops)) if "layer_top_range" in values else None
+    for r in ranges or []:
+        if not (isinstance(r, list) and len(r) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for v in r)):
+            raise RefrunError(f"{path}:{lines['layer_top_range']}: layer '{name}': layer_top_range entry {r} "
+                              f"is not a [min, max] pair of numbers")
+    layer = Layer(name, ltype, path, first, lines, bottoms, tops, shapes, types, scales, zps, ranges)
 
     const_names = [k[: -len("_offset")] for k in block
                    if k.endswith("_offset") and k[: -len("_offset")] + "_size" in block]
@@ -297,6 +326,7 @@ def _layer(block, path: str, weights: "_Weights") -> Layer:
         cshape = _shape(values[cname + "_shape"], path, lines[cname + "_shape"], name, cname + "_shape")
         layer.consts[cname] = weights.read(layer, cname, ctype, cshape, values[cname + "_offset"],
                                            values[cname + "_size"])
+        layer.const_types[cname] = ctype
     layer.params = {k: v for k, v in values.items() if k not in _LAYER_KEYS and k not in const_keys}
     return layer
 
@@ -337,7 +367,8 @@ class _Weights:
         if not (dtype.is_int or dtype.name == "bool"):
             return raw.astype(np.float64 if dtype.bits == 64 else np.float32)
         value = raw.astype(np.int64)
-        if dtype.is_int and dtype.bits < 8 and (value.min(initial=0) < dtype.qmin or value.max(initial=0) > dtype.qmax):
+        if dtype.is_int and dtype.bits < 8 * itemsize and \
+                (value.min(initial=0) < dtype.qmin or value.max(initial=0) > dtype.qmax):
             raise RefrunError(f"{where}: values outside the {dtype.name} range [{dtype.qmin}, {dtype.qmax}]")
         return value
 

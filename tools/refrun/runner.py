@@ -23,6 +23,8 @@ class TensorInfo:
     shape: tuple
     scale: Optional[float]
     zp: Optional[int]
+    qmin: int              # layer_top_range, else the dtype's range (integer tensors)
+    qmax: int
     producer: Layer
 
     @property
@@ -46,8 +48,29 @@ def tensor_infos(model: Model) -> Dict[str, TensorInfo]:
                 raise layer.error(f"layer_top_scale entry {scale!r} is not a number", "layer_top_scale")
             if zp is not None and (isinstance(zp, bool) or not isinstance(zp, int)):
                 raise layer.error(f"layer_top_zp entry {zp!r} is not an integer", "layer_top_zp")
-            infos[t] = TensorInfo(t, layer.top_types[i], layer.top_shapes[i], scale, zp, layer)
+            qmin, qmax = layer.top_range(i)
+            infos[t] = TensorInfo(t, layer.top_types[i], layer.top_shapes[i], scale, zp, qmin, qmax, layer)
     return infos
+
+
+# constants that only describe a quantization (they do not make a layer float)
+_DESCRIPTIVE_CONSTANTS = ("weights_scale", "biases_scale")
+
+
+def computes_in_integers(layer: Layer, infos: Dict[str, TensorInfo]) -> bool:
+    """Whether a layer runs its integer forward, as the tool chain decides it on a quantized
+    IR: Quantize does; `unquantifiable=true` layers do not; any other layer does unless a
+    float tensor (16 bits or more) enters or leaves it or is one of its constants (a
+    lookup table's layer aside)."""
+    if layer.type == "Quantize":
+        return True
+    if layer.param("unquantifiable", False) is True:
+        return False
+    floats = [not d.is_int and d.name != "bool" for d in [infos[b].dtype for b in layer.bottoms] + layer.top_types]
+    if not any("lut" in name for name in layer.consts):
+        floats += [np.issubdtype(v.dtype, np.floating) for name, v in layer.consts.items()
+                   if name not in _DESCRIPTIVE_CONSTANTS]
+    return not any(floats)
 
 
 def topological(model: Model) -> List[Layer]:
@@ -71,6 +94,7 @@ class Runner:
         self.model = model
         self.infos = tensor_infos(model)
         self.order = topological(model)
+        self.integer = {layer.name: computes_in_integers(layer, self.infos) for layer in self.order}
         for layer in self.order:
             if layer.type not in OPS:
                 raise layer.error(f"unknown layer type '{layer.type}' (npuopt-run knows: "
@@ -79,6 +103,11 @@ class Runner:
                 info = self.infos[t]
                 if info.is_int and not (layer.type == "Constant" and info.scale is None):
                     info.quant(layer)  # integers need scale/zp, but a Constant's indices
+            axes = layer.param("activation_quantization_axis", [])
+            axes = axes if isinstance(axes, list) else [axes]
+            if self.integer[layer.name] and any(a is not None and a != "None" for a in axes):
+                raise layer.error(f"per-channel activation quantization (activation_quantization_axis={axes}) "
+                                  f"is not supported", "activation_quantization_axis")
 
     def prepare_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool) -> List[np.ndarray]:
         """Check the inputs against the IR; quantize float ones with the Input layer's scale/zp."""
@@ -108,7 +137,7 @@ class Runner:
                                   f"take it as quantized {info.dtype.name} values, or give floats to quantize")
             else:
                 scale, zp = info.quant(info.producer)
-                values.append(intmath.quantize(x, scale, zp, info.dtype))
+                values.append(intmath.quantize(x, scale, zp, info.qmin, info.qmax))
         return values
 
     def run(self, inputs: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
@@ -120,7 +149,7 @@ class Runner:
                 if layer.tops[0] not in values:
                     raise layer.error(f"Input tensor '{layer.tops[0]}' is not among the header's input_tensors")
                 continue
-            quantized = any(t.is_int for t in layer.top_types)
+            quantized = self.integer[layer.name]
             op = OPS[layer.type]
             fn = op.int_fn if quantized else op.float_fn
             if fn is None:

@@ -1,11 +1,12 @@
 """The table of layer type -> forward: one float and one integer forward per
-type. A layer whose tops are integer runs the integer forward; a layer left
-in float (mixed precision) runs the float one. `reads_other_kind` marks the
-boundary layers (Quantize reads floats, DeQuantize integers)."""
+type. A layer that computes in integers (runner.computes_in_integers, the tool
+chain's rule) runs the integer forward; a layer left in float (mixed precision)
+runs the float one. `reads_other_kind` marks the boundary layers (Quantize reads
+floats, DeQuantize integers)."""
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional
 
-from . import activation, conv, elementwise, pool, resize, shape
+from . import activation, conv, elementwise, former, pool, resize, shape
 
 
 @dataclass(frozen=True)
@@ -24,4 +25,4 @@ def _table(*modules) -> Dict[str, Op]:
     return table
 
 
-OPS = _table(activation, conv, elementwise, pool, resize, shape)
+OPS = _table(activation, conv, elementwise, former, pool, resize, shape)

@@ -1,10 +1,11 @@
-"""Convolution, FullyConnected and MatMul."""
+"""Convolution (and DepthwiseConv: the same with group = C), FullyConnected and MatMul."""
 import numpy as np
 
-from ..intmath import absmax, check_range, exact_matmul
+from ..intmath import absmax, check_range, exact_matmul, requantize
 from .activation import fused_float
 from .geometry import window_params, windows
-from .stage import activation_of, int_param, multiplier, output_stage, shifted, weights_with_zp
+from .stage import (biases_with_zp, fused_method, output_stage, refuse_ahead_shift, rescale, shifted, top_bounds,
+                    weights_with_zp)
 
 
 def grouped_conv(patches: np.ndarray, weights: np.ndarray, group: int, matmul) -> np.ndarray:
@@ -43,19 +44,30 @@ def conv_float(layer, xs, infos):
     return [fused_float(layer, out.astype(np.float32))]
 
 
-def conv_int(layer, xs, infos):
-    """acc = sum W*A over each window (A = q + zp_x padded with real 0, W = weights
-    + weights_zp[o]); z = acc + biases; then the output stage."""
-    a = shifted(xs[0], infos[0], layer)
+def linear_weights(layer, x_info) -> np.ndarray:
+    """W = weights + weights_zp of a layer with weights (no ahead shift)."""
     w = weights_with_zp(layer)
-    group = check_conv(layer, a, w)
-    activation = activation_of(layer, "with_activation")
-    patches = windows(a, window_params(layer), np.int64(0))
-    check_range(layer, absmax(a) * absmax(w) * int(np.prod(w.shape[1:])), "an accumulator")
-    z = grouped_conv(patches, w, group, lambda p, q: exact_matmul(layer, p, q))
-    if layer.has_const("biases"):
-        z = z + layer.const("biases").reshape(-1)
-    return [output_stage(layer, z, *multiplier(layer, z.shape[-1]), activation)]
+    refuse_ahead_shift(layer, x_info.dtype, layer.const_types["weights"])
+    return w
+
+
+def linear_output(layer, acc: np.ndarray, channels: int) -> np.ndarray:
+    """acc + B (B = biases + biases_zp), then the output stage with the fused activation."""
+    return output_stage(layer, acc + biases_with_zp(layer, channels), fused_method(layer), *rescale(layer, channels))
+
+
+def conv_int(layer, xs, infos):
+    """acc = sum over each window of q' * W + B, q' the input integers padded with -zp_x
+    (real zero: the biases hold zp_x * sum W), W = weights + weights_zp, B = biases +
+    biases_zp; then the output stage. Exact (the tool chain sums in float64, exact below 2^53)."""
+    q = xs[0]
+    _, zp_x = infos[0].quant(layer)
+    w = linear_weights(layer, infos[0])
+    group = check_conv(layer, q, w)
+    patches = windows(q, window_params(layer), np.int64(-zp_x))
+    check_range(layer, max(absmax(q), abs(zp_x)) * absmax(w) * int(np.prod(w.shape[1:])), "an accumulator")
+    acc = grouped_conv(patches, w, group, lambda p, k: exact_matmul(layer, p, k))
+    return [linear_output(layer, acc, w.shape[0])]
 
 
 def fc_float(layer, xs, infos):
@@ -67,17 +79,15 @@ def fc_float(layer, xs, infos):
 
 
 def fc_int(layer, xs, infos):
-    """acc[..., o] = sum_i W[o, i] * A[..., i]; z = acc + biases; the output stage
-    (per-channel numbers along the output's last axis)."""
-    a = shifted(xs[0], infos[0], layer)
-    w = weights_with_zp(layer)
-    if w.ndim != 2 or w.shape[1] != a.shape[-1]:
-        raise layer.error(f"weights {list(w.shape)} do not fit {a.shape[-1]} input features", "weights_shape")
-    activation = activation_of(layer, "with_activation")
-    z = exact_matmul(layer, a.reshape(-1, a.shape[-1]), w.T).reshape(a.shape[:-1] + (w.shape[0],))
-    if layer.has_const("biases"):
-        z = z + layer.const("biases").reshape(-1)
-    return [output_stage(layer, z, *multiplier(layer, z.shape[-1]), activation)]
+    """acc[..., o] = sum_i q[..., i] * W[o, i] + B[o] (the input zero point is folded into
+    the biases), W and B as for Convolution; the output stage (per-channel numbers along
+    the output's last axis)."""
+    q = xs[0]
+    w = linear_weights(layer, infos[0])
+    if w.ndim != 2 or w.shape[1] != q.shape[-1]:
+        raise layer.error(f"weights {list(w.shape)} do not fit {q.shape[-1]} input features", "weights_shape")
+    acc = exact_matmul(layer, q.reshape(-1, q.shape[-1]), w.T).reshape(q.shape[:-1] + (w.shape[0],))
+    return [linear_output(layer, acc, w.shape[0])]
 
 
 def matmul_operands(layer, xs):
@@ -94,11 +104,15 @@ def matmul_float(layer, xs, infos):
 
 
 def matmul_int(layer, xs, infos):
-    """z = A @ B (after trans_a/trans_b), the output stage with scale_value/shift_value, no activation."""
+    """z = A @ B (after trans_a/trans_b), A = q_a + zp_a, B = q_b + zp_b, exactly (the tool
+    chain sums in float32, which is exact while partial sums stay below 2^24), then
+    requantize with the layer's rescale; no activation."""
+    refuse_ahead_shift(layer, *(info.dtype for info in infos))
     a, b = matmul_operands(layer, [shifted(x, info, layer) for x, info in zip(xs, infos)])
     z = exact_matmul(layer, a, b)
-    return [output_stage(layer, z, int_param(layer, "scale_value"), int_param(layer, "shift_value"), "NONE")]
+    return [requantize(layer, z, *rescale(layer, z.shape[-1]), *top_bounds(layer))]
 
 
-FLOAT = {"Convolution": conv_float, "FullyConnected": fc_float, "MatMul": matmul_float}
-INT = {"Convolution": conv_int, "FullyConnected": fc_int, "MatMul": matmul_int}
+FLOAT = {"Convolution": conv_float, "DepthwiseConv": conv_float, "FullyConnected": fc_float,
+         "MatMul": matmul_float}
+INT = {"Convolution": conv_int, "DepthwiseConv": conv_int, "FullyConnected": fc_int, "MatMul": matmul_int}

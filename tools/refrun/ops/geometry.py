@@ -1,7 +1,5 @@
 """Window geometry of Convolution and Pooling on NHWC arrays, shared by the
 float and the integer forwards so that both read the same input pixels."""
-import math
-
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -15,13 +13,13 @@ def window_params(layer):
 
 
 def out_size(size, kernel, stride, dilation, before, after, ceil_mode=False) -> int:
-    """Output length along one axis. In ceil mode the last window must start
-    inside the input or its leading pad (the rule of PyTorch and the tool chain)."""
+    """Output length along one axis. In ceil mode the last window must start inside the
+    padded input (the tool chain pads explicitly, then pools the padded input in ceil mode)."""
     span = size + before + after - dilation * (kernel - 1) - 1
     if span < 0:
         return 0
-    out = (math.ceil(span / stride) if ceil_mode else span // stride) + 1
-    if ceil_mode and (out - 1) * stride >= size + before:
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + before + after:
         out -= 1
     return out
 

@@ -2,8 +2,8 @@
 Constant; and the float boundaries Quantize and DeQuantize."""
 import numpy as np
 
-from ..intmath import absmax, check_range, dequantize, quantize, rrs, rrs_bound
-from .stage import finish, int_list, int_param, same_quantization, shifted
+from ..intmath import dequantize, quantize, requantize
+from .stage import int_value, same_quantization, shifted, stored_ints, top_bounds
 
 
 def reshape(layer, xs, infos):
@@ -23,8 +23,17 @@ def transpose(layer, xs, infos):
     return [np.ascontiguousarray(xs[0].transpose(perm))]
 
 
+def concat_parts(parts, axis: int) -> np.ndarray:
+    """Concatenate; inputs of batch 1 (Constants) are broadcast over the batch being run
+    when the concatenation is along another axis."""
+    batch = max(p.shape[0] for p in parts) if parts[0].ndim else 1
+    if parts[0].ndim and axis % parts[0].ndim != 0:
+        parts = [np.broadcast_to(p, (batch,) + p.shape[1:]) if p.shape[0] == 1 else p for p in parts]
+    return np.concatenate(parts, axis=axis)
+
+
 def concat(layer, xs, infos):
-    return [np.concatenate(xs, axis=int(layer.param("axis")))]
+    return [concat_parts(xs, int(layer.param("axis")))]
 
 
 def unchanged(move):
@@ -37,15 +46,19 @@ def unchanged(move):
 
 
 def concat_int(layer, xs, infos):
-    """part_i = RRS(A_i * M_i, s_i) - zp_out; out = clamp(concat(parts), lo, hi)."""
-    ms = int_list(layer, "scale_value", len(xs))
-    ss = int_list(layer, "shift_value", len(xs))
-    parts = []
-    for x, info, m, s in zip(xs, infos, ms, ss):
-        a = shifted(x, info, layer)
-        check_range(layer, rrs_bound(absmax(a) * abs(m), s), f"the rescale of '{info.name}'")
-        parts.append(rrs(a * np.int64(m), s))
-    return [finish(layer, np.concatenate(parts, axis=int(layer.param("axis"))))]
+    """part_i = requantize(A_i, M_i, s_i) with A_i = q_i + zp_i, `scale_value = [M_i ...]`,
+    `shift_value = [s_i ...]` (or one shift for all; absent: M_i = 1, s_i = 0, the inputs
+    already share the output's quantization); out = concat(parts)."""
+    n = len(xs)
+    ms, ss = (np.asarray(stored_ints(layer, c, p, default)) for c, p, default in
+              (("scale", "scale_value", 1), ("shift", "shift_value", 0)))
+    ms, ss = (v if v.ndim else np.full(n, v) for v in (ms, ss))
+    if ms.shape[0] != n or ss.shape[0] != n:
+        raise layer.error(f"scale_value/shift_value have {ms.shape[0]}/{ss.shape[0]} entries for {n} inputs",
+                          "scale_value")
+    bounds = top_bounds(layer)
+    parts = [requantize(layer, shifted(x, info, layer), m, s, *bounds) for x, info, m, s in zip(xs, infos, ms, ss)]
+    return [concat_parts(parts, int(layer.param("axis")))]
 
 
 def split(layer, xs, infos):
@@ -73,30 +86,41 @@ def slice_(layer, xs, infos):
     return [np.ascontiguousarray(x[tuple(index)])]
 
 
+PAD_MODES = ("CONSTANT", "REFLECT", "SYMMETRIC", "EDGE", "WRAP")
+
+
 def pad_geometry(layer, x):
     pads = layer.param("pads")
     if (not isinstance(pads, list) or len(pads) != x.ndim
             or any(not isinstance(p, list) or len(p) != 2 for p in pads)):
         raise layer.error(f"pads {pads} must be one [before, after] per axis ({x.ndim})", "pads")
     mode = str(layer.param("mode", "CONSTANT")).upper()
-    if mode not in ("CONSTANT", "REFLECT", "SYMMETRIC"):
-        raise layer.error(f"unsupported Pad mode '{mode}' (CONSTANT, REFLECT, SYMMETRIC)", "mode")
+    if mode not in PAD_MODES:
+        raise layer.error(f"unsupported Pad mode '{mode}' ({', '.join(PAD_MODES)})", "mode")
     return [[int(a), int(b)] for a, b in pads], mode
 
 
 def pad_values(x, pads, mode, fill):
     """Pad axis by axis, the first axis first: position p in [-before, size + after)
-    takes `fill` outside the input (CONSTANT) or the input at the mirrored index
-    f < size ? f : period - sigma - f, f = p mod period (REFLECT: period
-    max(2(size-1), 1), sigma 0; SYMMETRIC: period 2 size, sigma 1). Negative pads crop."""
+    takes `fill` outside the input (CONSTANT), or the input at index clamp(p, 0, size - 1)
+    (EDGE), p mod size (WRAP), or the mirrored index f < size ? f : period - sigma - f,
+    f = p mod period (REFLECT: period max(2(size-1), 1), sigma 0; SYMMETRIC: period
+    2 size, sigma 1): NumPy's pad modes, pads wider than the axis included.
+    Negative pads crop."""
     for axis, (before, after) in enumerate(pads):
         if not (before or after):
             continue
         size = x.shape[axis]
+        if size == 0 and mode != "CONSTANT":
+            raise ValueError(f"cannot pad an empty axis {axis} in {mode} mode")
         p = np.arange(-before, size + after)
         if mode == "CONSTANT":
             inside = ((p >= 0) & (p < size)).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
-            x = np.where(inside, np.take(x, np.clip(p, 0, size - 1), axis=axis), fill)
+            x = np.where(inside, np.take(x, np.clip(p, 0, max(size - 1, 0)), axis=axis), fill)
+        elif mode == "EDGE":
+            x = np.take(x, np.clip(p, 0, size - 1), axis=axis)
+        elif mode == "WRAP":
+            x = np.take(x, np.mod(p, size), axis=axis)
         else:
             period, sigma = (2 * size, 1) if mode == "SYMMETRIC" else (max(2 * (size - 1), 1), 0)
             f = np.mod(p, period)
@@ -118,18 +142,18 @@ def pad_int(layer, xs, infos):
     quantized IR must carry (its default, real 0, is -zp, not 0)."""
     same_quantization(layer, infos[0])
     pads, mode = pad_geometry(layer, xs[0])
-    fill = int_param(layer, "constant_value") if mode == "CONSTANT" else 0
+    fill = int_value(layer, "constant_value", layer.param("constant_value")) if mode == "CONSTANT" else 0
     return [pad_values(xs[0], pads, mode, np.int64(fill))]
 
 
 def quantize_int(layer, xs, infos):
-    """Quantize: a float tensor into the top's integers, as the Input layer does."""
-    scale, zp = layer.top_scales[0], layer.top_zps[0]
-    return [quantize(xs[0], scale, zp, layer.top_types[0])]
+    """Quantize: a float tensor into the top's integers, as the Input layer does (in float32)."""
+    zp, lo, hi = top_bounds(layer)
+    return [quantize(xs[0], layer.top_scales[0], zp, lo, hi)]
 
 
 def dequantize_float(layer, xs, infos):
-    """DeQuantize: float32(q + zp) / float32(scale) with the input's scale/zp."""
+    """DeQuantize: fl32(q + zp) * fl32(1 / scale) with the input's scale/zp (float32)."""
     return [dequantize(xs[0], *infos[0].quant(layer))]
 
 

@@ -1,58 +1,97 @@
-"""What integer forwards share: reading the stored multipliers and shifts,
-A = q + zp, and the output stage of docs/integer-semantics.md:
+"""What integer forwards share (docs/integer-semantics.md): reading the stored
+integers (rescales, weights and biases with their zero points) and the output
+stage, which takes an accumulator through the fused activation and the rescale
+into the top's quantization:
 
-    y = RRS(z * M, s);  LEAKYRELU and z < 0: y = RRS(z * Mn, sn)
-    out = clamp(y - zp_out, dtype range ∩ [activation_qmin, activation_qmax])
+    NONE       out = requantize(z, M, s)
+    RELU       out = requantize(max(fl32(z), 0), M, s)          (a float32 step)
+    RELU6      out = requantize(max(z, 0), M, s)
+    CLIP       y = requantize(z, M, s - r) clamped to [clip_min, clip_max] (r = 8 for
+               8-bit tops, else 0), out = requantize(y, 1, r)
+    LEAKYRELU  y = round(min(z, 0) * slope * 2^-slope_shift) + max(z, 0), out = requantize(y, M, s)
+    PRELU      the same with the per-element int16 `negative_slope` constant
+
+where requantize(v, M, s) = clamp(round_half_even(v * M * 2^-s) - zp_out, qmin, qmax),
+[qmin, qmax] the top's layer_top_range.
 """
 import numpy as np
 
-from ..intmath import absmax, bounds, check_range, round_div, rrs, rrs_bound, saturate
+from ..intmath import INT48, UINT48, as_float32, requantize
 
-# Fused activations an integer layer can carry: RELU/RELU6/CLIP are only
-# activation_qmin/qmax, LEAKYRELU adds the negative_* multiplier.
-CLAMPS = ("RELU", "RELU6", "CLIP")
-INT_ACTIVATIONS = ("NONE", "LEAKYRELU") + CLAMPS
+RESCALE_METHODS = ("RELU", "RELU6", "CLIP", "LEAKYRELU", "PRELU")
+FUSABLE = ("NONE",) + RESCALE_METHODS
 
 
-def _int(layer, key, value):
-    if isinstance(value, bool) or not isinstance(value, int):
+def int_value(layer, key, value) -> int:
+    """An integer param value (an integral float, as some writers spell them, is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise layer.error(f"'{key}' must be an integer, got {value!r}", key)
-    return value
+    return int(value)
 
 
-def int_param(layer, key):
-    return _int(layer, key, layer.param(key))
+def int_param(layer, key, default=None) -> int:
+    value = layer.param(key) if default is None else layer.param(key, default)
+    return int_value(layer, key, value)
 
 
-def int_list(layer, key, n):
-    value = layer.param(key)
-    if not isinstance(value, list) or len(value) != n:
-        raise layer.error(f"'{key}' must be a list of {n} integers (one per input), got {value!r}", key)
-    return [_int(layer, key, v) for v in value]
+def stored_ints(layer, constant: str, param: str, default=None):
+    """Integers stored as the constant `constant` (an int64 array) or the param `param`
+    (an int, or an int64 array for a list); the constant wins, as in the tool chain."""
+    if layer.has_const(constant):
+        value = layer.const(constant)
+        if not np.issubdtype(value.dtype, np.integer):
+            raise layer.error(f"constant '{constant}' must hold integers, it is {layer.const_types[constant].name}",
+                              constant + "_type")
+        return value
+    if param not in layer.params:
+        if default is None:
+            raise layer.error(f"missing parameter '{param}' (or constant '{constant}')", param)
+        return default
+    value = layer.param(param)
+    if isinstance(value, list):
+        return np.array([int_value(layer, param, v) for v in value], np.int64)
+    return int_value(layer, param, value)
 
 
-def multiplier(layer, channels: int, prefix: str = ""):
-    """(M, s): per channel from constants `scale`/`shift`, else the params
-    `scale_value`/`shift_value`. Per-channel vectors run along the last axis."""
-    if layer.has_const(prefix + "scale") or layer.has_const(prefix + "shift"):
-        m, s = layer.const(prefix + "scale").reshape(-1), layer.const(prefix + "shift").reshape(-1)
-        if m.size != channels or s.size != channels:
-            raise layer.error(f"per-channel {prefix}scale/{prefix}shift have {m.size}/{s.size} entries "
-                              f"for {channels} channels", prefix + "scale_offset")
-        return m.astype(np.int64), s.astype(np.int64)
-    return int_param(layer, prefix + "scale_value"), int_param(layer, prefix + "shift_value")
+def rescale(layer, channels: int):
+    """(M, s) of a layer's output rescale: per channel (constants `scale`, `shift`, along the
+    accumulator's last axis, of `channels` channels) or per tensor (params `scale_value`,
+    `shift_value`)."""
+    m, s = stored_ints(layer, "scale", "scale_value"), stored_ints(layer, "shift", "shift_value")
+    for name, v in (("scale", m), ("shift", s)):
+        if np.size(v) not in (1, channels):
+            raise layer.error(f"per-channel {name} has {np.size(v)} entries for {channels} channels", name)
+    return m, s
 
 
 def weights_with_zp(layer) -> np.ndarray:
-    """W = weights + weights_zp[o] (o the first axis; one value when per tensor)."""
+    """W = weights + weights_zp (per output channel, the first axis; one value when per tensor)."""
     w = layer.const("weights")
-    if not layer.has_const("weights_zp"):
-        return w
-    zp = layer.const("weights_zp").reshape(-1)
+    zp = np.asarray(stored_ints(layer, "weights_zp", "weights_zp", 0), np.int64).reshape(-1)
     if zp.size not in (1, w.shape[0]):
-        raise layer.error(f"weights_zp has {zp.size} entries for {w.shape[0]} output channels",
-                          "weights_zp_offset")
-    return w + zp.reshape((-1,) + (1,) * (w.ndim - 1))
+        raise layer.error(f"weights_zp has {zp.size} entries for {w.shape[0]} output channels", "weights_zp")
+    return w + zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else w + zp[0]
+
+
+def biases_with_zp(layer, channels: int):
+    """biases + biases_zp, one per output channel (0 when the layer has no biases). The
+    biases hold the input zero point folded in (zp_x * sum of the channel's weights)."""
+    if not layer.has_const("biases"):
+        return np.int64(0)
+    b = layer.const("biases").reshape(-1)
+    zp = np.asarray(stored_ints(layer, "biases_zp", "biases_zp", 0), np.int64).reshape(-1)
+    if b.size not in (1, channels) or zp.size not in (1, channels):
+        raise layer.error(f"biases/biases_zp have {b.size}/{zp.size} entries for {channels} output channels",
+                          "biases_offset")
+    return b + zp
+
+
+def refuse_ahead_shift(layer, *dtypes) -> None:
+    """The tool chain pre-shifts the accumulator of layers with more than 8-bit inputs or
+    weights by `remain_shift` (an IR written for some targets); npuopt-run does not."""
+    if "remain_shift" in layer.params and any(d.bits > 8 for d in dtypes):
+        raise layer.error("remain_shift (the tool chain's ahead shift of wide accumulators) is not supported",
+                          "remain_shift")
 
 
 def shifted(x: np.ndarray, info, layer) -> np.ndarray:
@@ -61,52 +100,69 @@ def shifted(x: np.ndarray, info, layer) -> np.ndarray:
     return x + np.int64(zp)
 
 
-def activation_of(layer, key: str) -> str:
-    method = str(layer.param(key, "NONE")).upper()
-    if method not in INT_ACTIVATIONS:
-        raise layer.error(f"unsupported {key} '{method}' in an integer layer "
-                          f"(npuopt-run knows: {', '.join(INT_ACTIVATIONS)})", key)
-    if method in CLAMPS:
-        int_param(layer, "activation_qmin")
-        int_param(layer, "activation_qmax")
+def method_of(layer, key: str) -> str:
+    return str(layer.param(key, "NONE")).upper()
+
+
+def fused_method(layer) -> str:
+    method = method_of(layer, "with_activation")
+    if method not in FUSABLE:
+        raise layer.error(f"unsupported with_activation '{method}' in an integer layer "
+                          f"(the tool chain fuses {', '.join(FUSABLE)})", "with_activation")
     return method
+
+
+def top_bounds(layer):
+    """zp, qmin, qmax of the layer's (first) top: its layer_top_zp and layer_top_range."""
+    if layer.top_zps is None or layer.top_scales is None:
+        raise layer.error("integer top lacks layer_top_scale/layer_top_zp", "layer_top_zp")
+    return int_value(layer, "layer_top_zp", layer.top_zps[0]), *layer.top_range(0)
+
+
+def output_stage(layer, z: np.ndarray, method: str, m, s) -> np.ndarray:
+    """The fused activation `method` and the rescale (M, s) of accumulator z into the top."""
+    zp, lo, hi = top_bounds(layer)
+    if method == "NONE":
+        return requantize(layer, z, m, s, zp, lo, hi)
+    if method == "RELU":  # the tool chain takes the accumulator through float32 here
+        return requantize(layer, np.maximum(as_float32(z), 0), m, s, zp, lo, hi)
+    if method == "RELU6":
+        return requantize(layer, np.maximum(z, 0), m, s, zp, lo, hi)
+    if method == "CLIP":
+        relay = 8 if layer.top_types[0].bits <= 8 else 0
+        y = requantize(layer, z, m, np.asarray(s) - relay, 0, int_param(layer, "clip_min"),
+                       int_param(layer, "clip_max"))
+        return requantize(layer, y, 1, relay, zp, lo, hi)
+    if method == "LEAKYRELU":
+        slope = int_param(layer, "negative_slope_value")
+        slope_shift = int_param(layer, "negative_slope_shift", layer.top_types[0].bits)
+        bounds = INT48
+    elif method == "PRELU":
+        slope = prelu_slopes(layer, z.ndim)
+        slope_shift = int_param(layer, "negative_slope_shift")
+        bounds = INT48 if layer.top_types[0].signed else UINT48
+    else:
+        raise layer.error(f"'{method}' is not a rescaling activation")
+    y = requantize(layer, np.minimum(z, 0), slope, slope_shift, -np.maximum(z, 0), *bounds)
+    return requantize(layer, y, m, s, zp, lo, hi)
+
+
+def prelu_slopes(layer, ndim: int) -> np.ndarray:
+    """The int16 `negative_slope` constant, broadcasting against ndim-D values: when it has
+    as many axes, its first axis is the batch (identical rows kept once)."""
+    slope = layer.const("negative_slope")
+    if slope.ndim >= ndim:
+        if (slope == slope[:1]).all():
+            slope = slope[:1]
+        if slope.shape[0] == 1:
+            slope = slope[0]
+    return slope
 
 
 def along(v, axis: int, ndim: int):
     """A per-channel vector shaped to run along `axis` of an ndim-D array (scalars as they are)."""
     v = np.asarray(v)
     return v.reshape((-1,) + (1,) * (ndim - 1 - axis % ndim)) if v.ndim else v
-
-
-def output_stage(layer, z: np.ndarray, m, s, activation: str, axis: int = -1) -> np.ndarray:
-    """The output stage on accumulator z with multiplier m and shift s (per-channel
-    vectors along `axis`)."""
-    zbound = absmax(z)
-    m, s = along(m, axis, z.ndim), along(s, axis, z.ndim)
-    check_range(layer, rrs_bound(zbound * absmax(m), s), "the rescale z*M")
-    y = rrs(z * m, s)
-    if activation == "LEAKYRELU":
-        mn, sn = (along(v, axis, z.ndim) for v in multiplier(layer, z.shape[axis], "negative_"))
-        check_range(layer, rrs_bound(zbound * absmax(mn), sn), "the negative rescale z*Mn")
-        y = np.where(z < 0, rrs(z * mn, sn), y)
-    return finish(layer, y)
-
-
-def finish(layer, y: np.ndarray) -> np.ndarray:
-    """clamp(y - zp_out, lo, hi) with the top's zero point and saturation bounds."""
-    zp_out = _int(layer, "layer_top_zp", layer.top_zps[0])
-    return saturate(y - np.int64(zp_out), *bounds(layer, layer.top_types[0]))
-
-
-def scaled_mean(layer, sums: np.ndarray, counts) -> np.ndarray:
-    """AVG pooling and Reduce MEAN/SUM, with M, s = scale_value, shift_value:
-    clamp(round_div(S * M * 2^max(0,-s), n * 2^max(0,s)) - zp_out, lo, hi)."""
-    m, s = int_param(layer, "scale_value"), int_param(layer, "shift_value")
-    counts = np.asarray(counts, np.int64)
-    check_range(layer, 2 * absmax(sums) * abs(m) * (1 << max(0, -s)) + 2 * absmax(counts) * (1 << max(0, s)),
-                "the mean's rescale")
-    return finish(layer, round_div(sums * np.int64(m) * np.int64(1 << max(0, -s)),
-                                   counts * np.int64(1 << max(0, s))))
 
 
 def same_quantization(layer, info) -> None:

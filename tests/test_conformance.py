@@ -1,0 +1,389 @@
+"""Conformance with the tool chain: the Compass Optimizer 4.2's own reader and forward
+(`OptForward`, extracted from ../shared/reference, see opt_oracle.py) is the oracle for
+what a quantized IR means.
+
+1. Every op test in op_tests/ and the parser-written models squeezenet1_1 and
+   mobilenet_v2 (slow), under four settings (SETTINGS), are quantized by npuopt as
+   `npuopt --cfg opt.cfg --set ...` does. On the written IR:
+   (a) OPT reads as quantized exactly the layers npuopt quantized, the others as float;
+   (b) OPT's forward equals npuopt's quantized forward of the IR read back from disk on
+       every element of every graph output: integers within 1 LSB, float outputs (layers
+       kept in float) within float32 rounding. The share of identical elements is
+       recorded as the property `identical_share` (listed at the end of the run).
+2. (slow) OPT quantizes the models itself; npuopt reads the IR that OPT wrote, and its
+   quantized forward and `npuopt-run` reproduce OptForward's integers.
+
+OPT cannot run the op test `pad`: its REFLECT/SYMMETRIC Pad goes through np.pad, which
+rejects the negative pads (crops) that case has. That case is an expected failure
+while OPT stops on exactly that; the conformance-only case `pad_nonnegative` checks
+the same layers without negative pads.
+
+OPT runs in subprocesses, one per batch of IRs: the fixtures quantize every selected
+case first and start OPT in the background; each test then computes npuopt's forward
+while OPT works, and waits for OPT's result.
+"""
+import csv
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO, SHARED_DATA, run_in_process, write_cfg
+from opt_oracle import OPT_REQUIREMENTS, OPT_TARBALL, OptJob, OptResult, Oracle, extract_opt
+
+OP_TESTS = REPO / "op_tests"
+PARSER_IRS = SHARED_DATA / "parser_irs"
+IMAGES = SHARED_DATA / "imagenet_sample"
+
+SETTINGS = {
+    "defaults": [],
+    "per_channel_asym": ["quantize_method_for_weight=per_channel_symmetric_restricted_range",
+                         "quantize_method_for_activation=per_tensor_asymmetric"],
+    "act16": ["activation_bits=16"],
+    "w4": ["weight_bits=4"],
+}
+FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
+OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
+                      "pads of this case; pad_nonnegative checks the same layers")
+IN_PROGRESS = "ported in issue 9 (in progress)"
+# (case, setting) pairs that fail today because their op is still being ported
+KNOWN_FAILING: Dict[Tuple[str, str], str] = {}
+
+MODELS = ["squeezenet1_1", "mobilenet_v2"]
+MODEL_INPUT = [1, 3, 224, 224]
+CALIBRATION_IMAGES = 8
+VALIDATION_IMAGES = 2
+
+_BACKGROUND = ThreadPoolExecutor(max_workers=2)
+
+
+# ---- the oracle ----------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def oracle(tmp_path_factory) -> Oracle:
+    if not OPT_TARBALL.is_file():
+        pytest.skip(f"the tool chain's reference is absent: {OPT_TARBALL} (../shared beside the checkout) "
+                    "does not exist")
+    for module in OPT_REQUIREMENTS:
+        pytest.importorskip(module, reason=f"OPT needs '{module}' (pip install -e '.[test]')")
+    root = extract_opt(tmp_path_factory.mktemp("opt"))
+    return Oracle(root, tmp_path_factory.mktemp("opt_runs"))
+
+
+# ---- one quantized IR and what both sides make of it ------------------------------------
+class OptPending:
+    """OPT's result on one IR of a batch that runs in the background."""
+
+    def __init__(self, batch: Future, index: int):
+        self.batch, self.index = batch, index
+
+    def result(self) -> OptResult:
+        return self.batch.result()[self.index]
+
+
+@dataclass
+class Run:
+    label: str
+    inputs: List[Path]  # float inputs, one .npy per graph input
+    txt: Optional[Path] = None  # the quantized IR; None when quantizing failed
+    error: str = ""  # why the IR could not be written
+    opt: Optional[OptPending] = None
+
+    @property
+    def bin(self) -> Path:
+        return self.txt.with_suffix(".bin")
+
+
+def quantize(cfg: Path, output_dir: Path, overrides: List[str], label: str, inputs: List[Path]) -> Run:
+    """Quantize as `npuopt --cfg CFG --set output_dir=... --set ...` does."""
+    sets = [arg for item in [f"output_dir={output_dir}", *overrides] for arg in ("--set", item)]
+    result = run_in_process("--cfg", cfg, *sets)
+    if result.exit_code != 0:
+        errors = [line for line in result.output.splitlines() if line.startswith("npuopt: error:")]
+        return Run(label, inputs, error=f"npuopt failed: {errors[-1] if errors else result.output[-2000:]}")
+    written = sorted(output_dir.glob("*_o.txt"))
+    assert len(written) == 1, f"{label}: expected one quantized IR in {output_dir}, found {written}"
+    return Run(label, inputs, written[0])
+
+
+def start_opt(oracle: Oracle, runs: List[Run], folder: Path) -> None:
+    """OptForward of every run's IR in one background subprocess; each run gets a future."""
+    ready = [r for r in runs if r.txt is not None]
+    jobs = [OptJob(r.txt, r.bin, r.inputs, folder / f"opt{i}.npz") for i, r in enumerate(ready)]
+    batch = _BACKGROUND.submit(oracle.forward, jobs)
+    for i, run in enumerate(ready):
+        run.opt = OptPending(batch, i)
+
+
+def npuopt_forward(txt: Path, inputs: List[Path]):
+    """The IR read back from disk, and npuopt's forward of it on the float inputs (tensors kept)."""
+    import npuopt.ops  # noqa: F401  (registers the forwards)
+    from npuopt.ir import read_graph
+    from npuopt.plugins import load_plugins
+    load_plugins()
+    graph = read_graph(str(txt), str(txt.with_suffix(".bin")))
+    outputs = graph.forward([torch.from_numpy(np.load(p)) for p in inputs], keep_tensors=True)
+    return graph, [o.detach().cpu().numpy() for o in outputs]
+
+
+def _difference(ours: np.ndarray, theirs: np.ndarray) -> Tuple[np.ndarray, float]:
+    """|ours - theirs| and the largest difference allowed: 1 LSB for integers, float32
+    rounding for float tensors."""
+    diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+    if theirs.dtype.kind in "iub":
+        return diff, 1.0
+    return diff, FLOAT_TOLERANCE * max(1.0, float(np.abs(theirs).max(initial=0.0)))
+
+
+def compare_outputs(names: List[str], ours: List[np.ndarray], theirs: List[np.ndarray]) -> Tuple[float, List[str]]:
+    """The share of identical elements over all outputs, and the outputs that differ by more
+    than allowed."""
+    identical = total = 0
+    problems = []
+    for name, mine, other in zip(names, ours, theirs):
+        if mine.shape != other.shape:
+            problems.append(f"output '{name}': shape {list(mine.shape)}, OPT {list(other.shape)}")
+            continue
+        diff, allowed = _difference(mine, other)
+        identical += int((diff == 0).sum())
+        total += diff.size
+        if diff.max(initial=0) > allowed:
+            problems.append(f"output '{name}': {int((diff > allowed).sum())} of {diff.size} elements differ "
+                            f"by more than {allowed:g} (max {diff.max():g})")
+    return (identical / total if total else 0.0), problems
+
+
+def compare_with_opt(graph, outputs: List[np.ndarray], opt: OptResult) -> Tuple[float, List[str]]:
+    """The share of identical output elements, and every disagreement with OPT."""
+    problems = list(opt.errors)
+    ours = {n.name: bool(n.quantized) for n in graph.nodes}
+    if set(ours) != set(opt.quantized):
+        problems.append(f"layers differ: npuopt {sorted(set(ours) - set(opt.quantized))}, "
+                        f"OPT {sorted(set(opt.quantized) - set(ours))}")
+    problems += [f"layer '{name}': npuopt quantized={q}, OPT reads quantized={opt.quantized[name]}"
+                 for name, q in ours.items() if name in opt.quantized and opt.quantized[name] != q]
+    if not opt.npz.is_file():  # OPT stopped: its errors say why
+        return 0.0, problems
+    share, output_problems = compare_outputs([t.name for t in graph.output_tensors], outputs, opt.outputs)
+    problems += output_problems
+    if problems:
+        problems.append(first_difference(graph, opt))
+    return share, problems
+
+
+def first_difference(graph, opt: OptResult) -> str:
+    """The first layer (in graph order) whose output differs from OPT's at all."""
+    for node in graph.nodes:
+        for t in node.outputs:
+            if f"tensor:{t.name}" not in opt.arrays:
+                continue
+            mine, theirs = t.betensor.detach().cpu().numpy(), opt.tensor(t.name)
+            if mine.shape != theirs.shape:
+                return f"first difference: layer '{node.name}' ({node.type}): shape {list(mine.shape)}, " \
+                       f"OPT {list(theirs.shape)}"
+            diff, _ = _difference(mine, theirs)
+            if diff.max(initial=0) > 0:
+                return (f"first difference: layer '{node.name}' ({node.type}) tensor '{t.name}': max {diff.max():g} "
+                        f"on {int((diff > 0).sum())} of {diff.size} elements")
+    return "no layer's output differs from OPT's"
+
+
+def check_conformance(run: Run, record_property) -> None:
+    assert not run.error, f"{run.label}: {run.error}"
+    graph, outputs = npuopt_forward(run.txt, run.inputs)
+    opt = run.opt.result()
+    share, problems = compare_with_opt(graph, outputs, opt)
+    record_property("identical_share", share)
+    assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
+
+
+def selected(request, test_name: str, *names: str) -> List[tuple]:
+    """The parameters of the session's items of `test_name` in this module (what -k/-m kept)."""
+    return [tuple(item.callspec.params[n] for n in names) for item in request.session.items
+            if getattr(item, "originalname", None) == test_name and item.module is request.module]
+
+
+# ---- op tests -------------------------------------------------------------------------
+def _nonnegative_pads(b, rng, x):
+    """The Pad layers of the op test `pad` (CONSTANT 0 and 0.5, REFLECT and SYMMETRIC past
+    the input's size) without its negative pads, which OPT cannot run."""
+    layers = [("constant", [[0, 0], [1, 2], [2, 0], [0, 0]], dict(mode="CONSTANT", constant_value=0.0)),
+              ("constant_half", [[0, 0], [1, 0], [0, 1], [0, 0]], dict(mode="CONSTANT", constant_value=0.5)),
+              ("reflect", [[0, 0], [5, 2], [0, 3], [0, 0]], dict(mode="REFLECT")),
+              ("symmetric", [[0, 0], [9, 1], [1, 0], [0, 0]], dict(mode="SYMMETRIC"))]
+    return [top for name, pads, params in layers for top in b.layer("Pad", name, [x[0]], dict(pads=pads, **params))]
+
+
+def conformance_only_cases():
+    from tools.gen_op_tests import Case
+    return [Case("pad_nonnegative", "the op test pad without negative pads (OPT cannot run those)", [(4, 5, 3)],
+                 _nonnegative_pads, dict(quantize_method_for_activation="per_tensor_asymmetric"))]
+
+
+OP_CASES = sorted(p.parent.name for p in OP_TESTS.glob("*/opt.cfg")) + ["pad_nonnegative"]
+
+
+def _op_param(case: str, setting: str):
+    reason = KNOWN_FAILING.get((case, setting))
+    return pytest.param(case, setting, id=f"{case}-{setting}",
+                        marks=[pytest.mark.xfail(reason=reason, strict=False)] if reason else [])
+
+
+@pytest.fixture(scope="module")
+def op_runs(request, oracle, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
+    """Every selected (case, setting) quantized by npuopt, OPT started on all of them."""
+    from tools.gen_op_tests import write_case
+    root = tmp_path_factory.mktemp("op_conformance")
+    folders = {case: OP_TESTS / case for case in OP_CASES}
+    for case in conformance_only_cases():
+        write_case(case, str(root / "cases"))
+        folders[case.name] = root / "cases" / case.name
+    runs = {}
+    for case, setting in selected(request, "test_op_case", "case", "setting"):
+        folder = folders[case]
+        inputs = sorted(folder.glob("in*.npy"), key=lambda p: int(p.stem[2:]))
+        runs[case, setting] = quantize(folder / "opt.cfg", root / setting / case, SETTINGS[setting],
+                                       f"{case} [{setting}]", inputs)
+    start_opt(oracle, list(runs.values()), root)
+    return runs
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("case, setting", [_op_param(c, s) for c in OP_CASES for s in SETTINGS])
+def test_op_case(case, setting, op_runs, record_property):
+    run = op_runs[case, setting]
+    if case == "pad" and run.opt is not None and any("negative values" in e for e in run.opt.result().errors):
+        pytest.xfail(OPT_PAD_LIMITATION)
+    check_conformance(run, record_property)
+
+
+# ---- models written by the tool chain's parser ----------------------------------------------
+@pytest.fixture(scope="session")
+def images(tmp_path_factory) -> Dict[str, Path]:
+    """calib.npy (the first 8 `calib` images) and val.npy (the first `val` ones): RGB,
+    (pixel - 127) / 128, NCHW."""
+    from PIL import Image
+    if not IMAGES.is_dir():
+        pytest.skip(f"sample images absent: {IMAGES} does not exist")
+    with open(IMAGES / "labels.tsv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    folder = tmp_path_factory.mktemp("images")
+    files = {}
+    for split, count in (("calib", CALIBRATION_IMAGES), ("val", VALIDATION_IMAGES)):
+        names = [r["file"] for r in rows if r["split"] == split][:count]
+        pixels = np.stack([np.asarray(Image.open(IMAGES / n).convert("RGB"), dtype=np.float32) for n in names])
+        files[split] = folder / f"{split}.npy"
+        np.save(files[split], ((pixels - 127) / 128).transpose(0, 3, 1, 2))
+    return files
+
+
+def model_ir(name: str) -> Path:
+    txt = PARSER_IRS / name / f"{name}.txt"
+    if not txt.is_file():
+        pytest.skip(f"parser IR absent: {txt}")
+    return txt
+
+
+@pytest.fixture(scope="module")
+def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
+    """Every selected (model, setting) quantized by npuopt (calibrated once per model,
+    through statistic_file), OPT started on each model's IRs while the next is quantized."""
+    root = tmp_path_factory.mktemp("model_conformance")
+    wanted = selected(request, "test_model", "model", "setting")
+    runs = {}
+    for model in MODELS:
+        settings = [s for m, s in wanted if m == model]
+        if not settings:
+            continue
+        txt = model_ir(model)
+        cfg = write_cfg(root / model / "opt.cfg", graph=txt, bin=txt.with_suffix(".bin"), model_name=model,
+                        dataset="NumpyDataset", calibration_data=images["calib"],
+                        calibration_batch_size=CALIBRATION_IMAGES, statistic_file=root / model / "statistics.pt",
+                        device="cpu")
+        quantized = [quantize(cfg, root / model / s, SETTINGS[s], f"{model} [{s}]", [images["val"]])
+                       for s in settings]
+        start_opt(oracle, quantized, root / model)
+        runs.update({(model, s): r for s, r in zip(settings, quantized)})
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS])
+def test_model(model, setting, model_runs, record_property):
+    check_conformance(model_runs[model, setting], record_property)
+
+
+# ---- IRs that OPT quantized itself ----------------------------------------------------------
+OPT_CFG = """\
+[Common]
+graph = {graph}
+bin = {bin}
+model_name = {model}
+dataset = NumpyDataset
+calibration_data = {calib}
+calibration_batch_size = {batch}
+output_dir = {output_dir}
+"""
+
+
+@pytest.fixture(scope="module")
+def opt_quantized(request, oracle, images, tmp_path_factory) -> Dict[str, Run]:
+    """model -> Run of the IR that OPT's optimizer wrote (the models at once, one
+    subprocess each), OptForward started on them."""
+    root = tmp_path_factory.mktemp("opt_quantized")
+    models = sorted({m for test in ("test_reads_opt_ir", "test_refrun_on_opt_ir")
+                     for (m,) in selected(request, test, "model")})
+
+    def optimize(model: str) -> Run:
+        txt = model_ir(model)
+        cfg = root / model / "opt.cfg"
+        cfg.parent.mkdir(parents=True)
+        cfg.write_text(OPT_CFG.format(graph=txt, bin=txt.with_suffix(".bin"), model=model, calib=images["calib"],
+                                      batch=CALIBRATION_IMAGES, output_dir=root / model / "out"))
+        result = oracle.optimize(cfg)
+        written = root / model / "out" / f"{model}_o.txt"
+        if result.returncode != 0 or not written.is_file():
+            return Run(f"OPT's {model}", [images["val"]],
+                       error=f"OPT's optimizer failed (rc={result.returncode}):\n{result.stderr[-3000:]}")
+        return Run(f"OPT's {model}", [images["val"]], written)
+
+    runs = {model: future.result() for model, future in
+            [(m, _BACKGROUND.submit(optimize, m)) for m in models]}
+    start_opt(oracle, list(runs.values()), root)
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.parametrize("model", MODELS)
+def test_reads_opt_ir(model, opt_quantized, record_property):
+    """npuopt reads the IR OPT wrote, and its quantized forward gives OptForward's integers."""
+    check_conformance(opt_quantized[model], record_property)
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.parametrize("model", MODELS)
+def test_refrun_on_opt_ir(model, opt_quantized, record_property, tmp_path):
+    """`npuopt-run` on the IR OPT wrote gives OptForward's integers."""
+    run = opt_quantized[model]
+    assert not run.error, f"{run.label}: {run.error}"
+    out = tmp_path / "refrun.npz"
+    command = [sys.executable, "-m", "tools.refrun.cli", str(run.txt),
+               "--input", str(run.inputs[0]), "-o", str(out)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"npuopt-run failed:\n{result.stderr[-3000:]}"
+    opt = run.opt.result()
+    assert not opt.errors, "\n".join(opt.errors)
+    from npuopt.ir import read_graph
+    names = [t.name for t in read_graph(str(run.txt), str(run.bin)).output_tensors]
+    with np.load(out) as refrun:
+        share, problems = compare_outputs(names, [refrun[name] for name in names], opt.outputs)
+    record_property("identical_share", share)
+    assert not problems, f"npuopt-run on {run.txt}:\n" + "\n".join(problems)
