@@ -142,6 +142,21 @@ class PyGraph:
                             t.betensor = torch.zeros(())
         return [t.betensor for t in self.output_tensors]
 
+    def check_supported(self) -> None:
+        """Every layer type has a forward; otherwise one error listing every missing type
+        (with how many layers and the first of them), before anything runs."""
+        from .registry import OP_FORWARDS
+        missing: Dict[str, List[str]] = OrderedDict()
+        for node in self.nodes:
+            if OP_FORWARDS.get(node.type) is None:
+                missing.setdefault(node.type, []).append(node.name)
+        if missing:
+            parts = [f"{t} ({len(names)} layer{'s' if len(names) > 1 else ''}, e.g. '{names[0]}')"
+                     for t, names in missing.items()]
+            kind = "type" if len(missing) == 1 else "types"
+            raise GraphError(f"graph '{self.name}': layer {kind} {', '.join(parts)} "
+                             f"{'is' if len(missing) == 1 else 'are'} not supported yet")
+
     def zero_forward(self, batch: int = 1, device="cpu") -> List[torch.Tensor]:
         """Forward with all-zero inputs of the IR's shapes: runs every op once."""
         inputs = [torch.zeros((batch,) + tuple(t.ir_shape[1:]), dtype=t.dtype.torch_dtype, device=device)

@@ -69,6 +69,7 @@ class OptMaster:
         OPT_INFO(f"loaded '{self.cfg.graph}': {len(self.graph.nodes)} layers, "
                  f"inputs {[t.name for t in self.graph.input_tensors]}, "
                  f"outputs {[t.name for t in self.graph.output_tensors]}")
+        self.graph.check_supported()
         self.graph.to(self.device)
         self.graph.zero_forward(device=self.device)
         OPT_INFO("zero-input forward: every layer ran and every shape matches the IR")

@@ -44,8 +44,8 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
 def linear_output(node, acc: torch.Tensor) -> torch.Tensor:
     """acc (exact integers, output channels last) + biases (+ their zero point), then
     the fused activation and the rescale; stores and returns the output."""
+    acc = acc.to(torch.float64, copy=True)
     if "biases" in node.constants:
-        b = node.constants["biases"]
-        acc = acc.to(torch.float64) + QT.shifted(b).reshape(-1)
+        acc.add_(QT.shifted(node.constants["biases"]).reshape(-1))
     out = node.outputs[0]
-    return QT.store_output(node, fused_forward(node, acc, Rescale.read(node), out), out)
+    return QT.store_output(node, fused_forward(node, acc, Rescale.read(node), out, owned=True), out)

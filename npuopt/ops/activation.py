@@ -153,17 +153,20 @@ def clip_relay_bits(out) -> int:
     return 8 if out.qbits <= 8 else 0
 
 
-def rescaling_forward(node, method: str, x: torch.Tensor, rescale: Rescale, out) -> torch.Tensor:
+def rescaling_forward(node, method: str, x: torch.Tensor, rescale: Rescale, out, owned: bool = False) -> torch.Tensor:
     """The tool chain's integer activation on x (input integers with their zero point
-    added, or an accumulator), rescaled into `out`'s quantization (float64 integers)."""
+    added, or an accumulator), rescaled into `out`'s quantization (float64 integers).
+    `owned`: x is a float64 tensor the caller gives up, used in place."""
     zp, lo, hi = out.zerop, out.qmin, out.qmax
     m, s = rescale.multiplier, rescale.shift
+    owned = owned and x.dtype == torch.float64
     if method == "NONE":
-        return qmath.requantize(x, m, s, zp, lo, hi)
+        return qmath.requantize(x, m, s, zp, lo, hi, out=x if owned else None)
     if method == "RELU":  # taken through float32, as the tool chain does
-        return qmath.requantize(torch.relu(x.to(torch.float32)), m, s, zp, lo, hi)
+        return qmath.requantize(torch.relu_(x.to(torch.float32, copy=True)), m, s, zp, lo, hi)
     if method == "RELU6":
-        return qmath.requantize(torch.relu(x), m, s, zp, lo, hi)
+        x = torch.relu_(x) if owned else torch.relu(x)
+        return qmath.requantize(x, m, s, zp, lo, hi, out=x if owned else None)
     if method == "CLIP":
         relay = clip_relay_bits(out)
         y = qmath.requantize(x, m, s - relay, 0, int(node.params["clip_min"]), int(node.params["clip_max"]))
@@ -195,9 +198,10 @@ def quantize_fused(node, out) -> None:
         quantize_rescaling(node, method, out)
 
 
-def fused_forward(node, acc: torch.Tensor, rescale: Rescale, out) -> torch.Tensor:
-    """Accumulator -> output integers: the fused activation and the rescale."""
-    return rescaling_forward(node, fused_method(node), acc, rescale, out)
+def fused_forward(node, acc: torch.Tensor, rescale: Rescale, out, owned: bool = False) -> torch.Tensor:
+    """Accumulator -> output integers: the fused activation and the rescale (`owned`:
+    acc is a float64 tensor the caller gives up, used in place)."""
+    return rescaling_forward(node, fused_method(node), acc, rescale, out, owned)
 
 
 # ---- the Activation layer ------------------------------------------------------

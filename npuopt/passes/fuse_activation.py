@@ -1,5 +1,5 @@
 """Fuse a RELU/RELU6/CLIP/LEAKYRELU Activation into the `with_activation` of the
-Convolution, FullyConnected or Eltwise that feeds it."""
+Convolution, DepthwiseConv, FullyConnected or Eltwise that feeds it."""
 from ..logger import OPT_DEBUG
 from ..registry import OpType
 from ._absorb import absorb_followers
@@ -11,7 +11,7 @@ _FUSABLE = {
     "CLIP": ("clip_min", "clip_max"),
     "LEAKYRELU": ("negative_slope_value",),
 }
-_PRODUCERS = (OpType.Convolution, OpType.FullyConnected, OpType.Eltwise)
+_PRODUCERS = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected, OpType.Eltwise)
 
 
 def _fuse(producer, act) -> bool:

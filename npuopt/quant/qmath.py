@@ -84,16 +84,23 @@ def shift_factor(multiplier, shift, device=None):
     return _f64(math.ldexp(float(multiplier), -int(shift)), device)
 
 
-def requantize(x: torch.Tensor, multiplier, shift, zp, qmin, qmax) -> torch.Tensor:
-    """clamp(round_half_even(x * M * 2^-shift) - zp, qmin, qmax) in float64 (a new
-    tensor holding integers). M, shift, zp and the bounds are numbers or tensors
-    broadcastable to x (per channel: along the axis the caller shaped them for)."""
+def requantize(x: torch.Tensor, multiplier, shift, zp, qmin, qmax, out: torch.Tensor = None) -> torch.Tensor:
+    """clamp(round_half_even(x * M * 2^-shift) - zp, qmin, qmax) in float64 (a tensor
+    holding integers). M, shift, zp and the bounds are numbers or tensors broadcastable
+    to x (per channel: along the axis the caller shaped them for). `out` may be x
+    itself when x is a float64 tensor the caller owns (computed in place)."""
     dev = x.device
-    y = torch.round(x.to(torch.float64) * shift_factor(multiplier, shift, dev))
-    if not (isinstance(zp, (int, float)) and zp == 0):
-        y = y - _f64(zp, dev)
-    return torch.clamp_(y, _f64(qmin, dev), _f64(qmax, dev)) if _scalar(qmin) and _scalar(qmax) else \
-        torch.clamp(y, _f64(qmin, dev), _f64(qmax, dev))
+    factor = shift_factor(multiplier, shift, dev)
+    if out is None:
+        y = torch.mul(x.to(torch.float64), factor)
+    else:
+        y = torch.mul(x, factor, out=out)
+    y.round_()
+    if isinstance(zp, torch.Tensor) or zp != 0:
+        y.sub_(_f64(zp, dev))
+    if _scalar(qmin) and _scalar(qmax):
+        return y.clamp_(float(qmin), float(qmax))
+    return torch.clamp(y, _f64(qmin, dev), _f64(qmax, dev), out=y)
 
 
 def _scalar(v) -> bool:
