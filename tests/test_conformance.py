@@ -18,9 +18,9 @@ rejects the negative pads (crops) that case has. That case is an expected failur
 while OPT stops on exactly that; the conformance-only case `pad_nonnegative` checks
 the same layers without negative pads.
 
-OPT runs in subprocesses, one per batch of IRs: the fixtures quantize every selected
-case first and start OPT in the background; each test then computes npuopt's forward
-while OPT works, and waits for OPT's result.
+OPT runs in subprocesses, one per batch of IRs: the fixtures quantize the selected cases
+and start OPT on them in the background (on a first batch while the next is quantized);
+each test computes npuopt's forward while OPT works, then waits for OPT's result.
 """
 import csv
 import subprocess
@@ -51,16 +51,23 @@ SETTINGS = {
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
-IN_PROGRESS = "ported in issue 9 (in progress)"
-# (case, setting) pairs that fail today because their op is still being ported
-KNOWN_FAILING: Dict[Tuple[str, str], str] = {}
 
 MODELS = ["squeezenet1_1", "mobilenet_v2"]
-MODEL_INPUT = [1, 3, 224, 224]
 CALIBRATION_IMAGES = 8
 VALIDATION_IMAGES = 2
 
 _BACKGROUND = ThreadPoolExecutor(max_workers=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """npuopt's side computes on one thread while OPT's subprocess computes on another (see
+    opt_oracle.py): on two cores they run side by side; with more threads than free cores,
+    float64 convolutions get many times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 # ---- the oracle ----------------------------------------------------------------------
@@ -111,11 +118,14 @@ def quantize(cfg: Path, output_dir: Path, overrides: List[str], label: str, inpu
     return Run(label, inputs, written[0])
 
 
-def start_opt(oracle: Oracle, runs: List[Run], folder: Path) -> None:
-    """OptForward of every run's IR in one background subprocess; each run gets a future."""
+def start_opt(oracle: Oracle, runs: List[Run]) -> None:
+    """OptForward of every run's IR in one background subprocess; each run gets its pending
+    result (the arrays go beside its IR)."""
     ready = [r for r in runs if r.txt is not None]
-    jobs = [OptJob(r.txt, r.bin, r.inputs, folder / f"opt{i}.npz") for i, r in enumerate(ready)]
-    batch = _BACKGROUND.submit(oracle.forward, jobs)
+    if not ready:
+        return
+    batch = _BACKGROUND.submit(oracle.forward, [OptJob(r.txt, r.bin, r.inputs, r.txt.parent / "opt.npz")
+                                                for r in ready])
     for i, run in enumerate(ready):
         run.opt = OptPending(batch, i)
 
@@ -124,8 +134,6 @@ def npuopt_forward(txt: Path, inputs: List[Path]):
     """The IR read back from disk, and npuopt's forward of it on the float inputs (tensors kept)."""
     import npuopt.ops  # noqa: F401  (registers the forwards)
     from npuopt.ir import read_graph
-    from npuopt.plugins import load_plugins
-    load_plugins()
     graph = read_graph(str(txt), str(txt.with_suffix(".bin")))
     outputs = graph.forward([torch.from_numpy(np.load(p)) for p in inputs], keep_tensors=True)
     return graph, [o.detach().cpu().numpy() for o in outputs]
@@ -228,12 +236,6 @@ def conformance_only_cases():
 OP_CASES = sorted(p.parent.name for p in OP_TESTS.glob("*/opt.cfg")) + ["pad_nonnegative"]
 
 
-def _op_param(case: str, setting: str):
-    reason = KNOWN_FAILING.get((case, setting))
-    return pytest.param(case, setting, id=f"{case}-{setting}",
-                        marks=[pytest.mark.xfail(reason=reason, strict=False)] if reason else [])
-
-
 @pytest.fixture(scope="module")
 def op_runs(request, oracle, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
     """Every selected (case, setting) quantized by npuopt, OPT started on all of them."""
@@ -243,18 +245,21 @@ def op_runs(request, oracle, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
     for case in conformance_only_cases():
         write_case(case, str(root / "cases"))
         folders[case.name] = root / "cases" / case.name
+    wanted = selected(request, "test_op_case", "case", "setting")
+    half = (len(wanted) + 1) // 2
     runs = {}
-    for case, setting in selected(request, "test_op_case", "case", "setting"):
-        folder = folders[case]
-        inputs = sorted(folder.glob("in*.npy"), key=lambda p: int(p.stem[2:]))
-        runs[case, setting] = quantize(folder / "opt.cfg", root / setting / case, SETTINGS[setting],
-                                       f"{case} [{setting}]", inputs)
-    start_opt(oracle, list(runs.values()), root)
+    for part in (wanted[:half], wanted[half:]):  # OPT starts on the first half while the second is quantized
+        for case, setting in part:
+            folder = folders[case]
+            inputs = sorted(folder.glob("in*.npy"), key=lambda p: int(p.stem[2:]))
+            runs[case, setting] = quantize(folder / "opt.cfg", root / setting / case, SETTINGS[setting],
+                                           f"{case} [{setting}]", inputs)
+        start_opt(oracle, [runs[key] for key in part])
     return runs
 
 
 @pytest.mark.shared
-@pytest.mark.parametrize("case, setting", [_op_param(c, s) for c in OP_CASES for s in SETTINGS])
+@pytest.mark.parametrize("case, setting", [pytest.param(c, s, id=f"{c}-{s}") for c in OP_CASES for s in SETTINGS])
 def test_op_case(case, setting, op_runs, record_property):
     run = op_runs[case, setting]
     if case == "pad" and run.opt is not None and any("negative values" in e for e in run.opt.result().errors):
@@ -306,8 +311,8 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
                         calibration_batch_size=CALIBRATION_IMAGES, statistic_file=root / model / "statistics.pt",
                         device="cpu")
         quantized = [quantize(cfg, root / model / s, SETTINGS[s], f"{model} [{s}]", [images["val"]])
-                       for s in settings]
-        start_opt(oracle, quantized, root / model)
+                     for s in settings]
+        start_opt(oracle, quantized)
         runs.update({(model, s): r for s, r in zip(settings, quantized)})
     return runs
 
@@ -355,7 +360,7 @@ def opt_quantized(request, oracle, images, tmp_path_factory) -> Dict[str, Run]:
 
     runs = {model: future.result() for model, future in
             [(m, _BACKGROUND.submit(optimize, m)) for m in models]}
-    start_opt(oracle, list(runs.values()), root)
+    start_opt(oracle, list(runs.values()))
     return runs
 
 
@@ -371,7 +376,7 @@ def test_reads_opt_ir(model, opt_quantized, record_property):
 @pytest.mark.shared
 @pytest.mark.parametrize("model", MODELS)
 def test_refrun_on_opt_ir(model, opt_quantized, record_property, tmp_path):
-    """`npuopt-run` on the IR OPT wrote gives OptForward's integers."""
+    """`npuopt-run` (its entry point's module) on the IR OPT wrote gives OptForward's integers."""
     run = opt_quantized[model]
     assert not run.error, f"{run.label}: {run.error}"
     out = tmp_path / "refrun.npz"

@@ -128,7 +128,8 @@ def _reshape_transpose(b, rng, x):
 
 
 def _softmax(b, rng, x):
-    return b.layer("Softmax", "softmax", [x[0]], dict(axis=-1))
+    """The last axis, non-negative as the parser writes it."""
+    return b.layer("Softmax", "softmax", [x[0]], dict(axis=2))
 
 
 def _lut_activations(b, rng, x):
@@ -293,7 +294,7 @@ def _pool_zp(b, rng, x):
 
 
 def _lut_and_softmax(b, rng, x):
-    return _lut_activations(b, rng, x) + b.layer("Softmax", "softmax", [x[0]], dict(axis=-1))
+    return _lut_activations(b, rng, x) + b.layer("Softmax", "softmax", [x[0]], dict(axis=3))
 
 
 def _mixed_precision(b, rng, x):

@@ -171,14 +171,17 @@ def rescaling_forward(node, method: str, x: torch.Tensor, rescale: Rescale, out,
         relay = clip_relay_bits(out)
         y = qmath.requantize(x, m, s - relay, 0, int(node.params["clip_min"]), int(node.params["clip_max"]))
         return qmath.requantize(y, 1, relay, zp, lo, hi)
+    lo48, hi48 = INT48_MIN, INT48_MAX
     if method == "LEAKYRELU":
         slope = int(node.get_param("negative_slope_value"))
         shift = int(node.get_param("negative_slope_shift", out.qbits))
-    else:  # PRELU
+    else:  # PRELU; its intermediate is clamped to the output's signedness at 48 bits
         slope = prelu_slopes(node, x.to(torch.float64))
         shift = int(node.get_param("negative_slope_shift"))
+        if not out.dtype.is_signed:
+            lo48, hi48 = 0, (1 << 48) - 1
     x = x.to(torch.float64)
-    y = qmath.requantize(torch.clamp(x, max=0.0), slope, shift, -torch.clamp(x, min=0.0), INT48_MIN, INT48_MAX)
+    y = qmath.requantize(torch.clamp(x, max=0.0), slope, shift, -torch.clamp(x, min=0.0), lo48, hi48)
     return qmath.requantize(y, m, s, zp, lo, hi)
 
 

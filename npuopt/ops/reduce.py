@@ -175,6 +175,13 @@ def prod_rescale(ratio_log2: float) -> Rescale:
     return Rescale(m, shift, fields.multiplier_dtype(WIDE_MULTIPLIER_BITS), fields.shift_dtype(shift))
 
 
+def check_sum_bound(node, bound: int) -> None:
+    """L1/L2 sums saturate at 2^32 - 1: refuse inputs whose sums could reach it."""
+    if bound > SUM_LIMIT:
+        raise QT.Unsupported(f"layer '{node.name}' (Reduce): the sum can reach {bound}, past the "
+                             f"tool chain's uint32 accumulator")
+
+
 def quantize_logical(out) -> None:
     QT.set_quantization(out, 1.0, 0, 0, 255, 8, False)
     out.qinvariant = True
@@ -213,8 +220,10 @@ def reduce_quantize(self, *args):
         ratio = s_out / s_in / (n if method == "MEAN" else 1)
         Rescale.from_ratio(ratio, settings_of(self).multiplier_bits).write(self)
     elif method == "L1":
+        check_sum_bound(self, n * QT.shifted_absmax(x))
         wide_rescale(s_out / s_in).write(self)
     elif method == "L2":
+        check_sum_bound(self, n * QT.shifted_absmax(x) ** 2)
         # P, the 16-bit sum of squares, spans the squared output range
         hi = (out.qmax + out.zerop) / s_out
         s_p = ((1 << SUM_KEPT_BITS) - 1) / max(hi * hi, qmath.FLOAT32_EPS)

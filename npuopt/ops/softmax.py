@@ -9,9 +9,9 @@ into the output, b the input's bits, d = q - max_along_axis(q) <= 0):
   than 8, (elements / axis length) % 128 == 0 and b <= 8: e = c - ceil(log2(max lut)),
   z = trunc(((y << e) + (S >> 1)) / D), out = R(z, M, s + e); otherwise
   e = c - ceil(log2(M)), r = trunc(M * 2^e / D), out = R(y * r, 1, s + e). The
-  ceil(log2) are taken in float32. npuopt's table: entry i = round(exp((i * 2^(b-k)
-  - 2^b + 1) / s_in) * (2^m - 1)) for 2^k entries, m bits wide (m grows with the axis
-  length, the sum staying below 2^31).
+  ceil(log2) are taken in float32. npuopt's table: 2^k entries, entry i =
+  round(exp((i * 2^(b-k) - 2^b + 1) / s_in) * (2^m - 1)) and the last one 2^m - 1 (the
+  row's maximum, exact), m bits wide (m grows with the axis length, every sum < 2^31).
 * FAST_EXP (read only), a = adjust_q, Mi/si = input_scale/input_shift (2^si / Mi ~ the
   input scale over log2(e)), P = pow2_out_q, B = the output's bits. With a >= 8:
   t = (d * Mi) >> (si - a) (a left shift when si <= a), y = qmath.pow2_fixed(t, a, P),
@@ -45,6 +45,9 @@ LN2_APPROX = 0.6931471
 PERF_CLAMP = 126.9
 MANTISSA_STEPS = (1 << 16) - 1
 INTERP_BITS = 7
+MAX_LUT_STEP = 1 / 64       # table steps wider than this (input units) choose FAST_EXP
+FAST_EXP_ADJUST = 15
+FAST_EXP_INPUT_BITS = 13    # d * Mi stays within 32 bits for 16-bit inputs
 
 
 def softmax_axis(node, ndim: int) -> int:
@@ -158,23 +161,50 @@ def exp_table_bits(axis_length: int) -> int:
     return max(1, min(SUM_BITS - ibits, 15 + (ibits + 1) // 2))
 
 
+def quantize_lut(node, x_t, out_t, axis_length: int, k: int) -> None:
+    """The exp table sampled where the lookup reads it; the output unsigned from its
+    calibrated range."""
+    QT.quantize_activation(node, out_t, signed=False)
+    b = x_t.qbits
+    m = exp_table_bits(axis_length)
+    top = (1 << m) - 1
+    # entry i at index i * 2^(b-k), except the last, which the lookup repeats over the
+    # final 2^(b-k) indices: it is exact at the row's maximum (index 2^b - 1)
+    d = torch.arange(1 << k, dtype=torch.float64) * (1 << (b - k)) - ((1 << b) - 1)
+    d[-1] = 0.0
+    table = torch.floor(torch.exp(d / float(x_t.scale)) * top + 0.5).clamp_(0, top)
+    fields.write_lut(node, table, Dtype.UINT16 if m <= 16 else Dtype.UINT32)
+    node.params["quantize_method"] = "LUT"
+    Rescale.from_ratio(out_t.scale, settings_of(node).multiplier_bits).write(node)
+
+
+def quantize_fast_exp(node, x_t, out_t, axis_length: int) -> None:
+    """FAST_EXP with adjust_q = FAST_EXP_ADJUST; the output is p * 2^bits (what the
+    last power of two computes), unsigned."""
+    bits = settings_of(node).activation_bits
+    QT.set_quantization(out_t, float(1 << bits), 0, 0, (1 << bits) - 1, bits, False)
+    m, s = qmath.scale_approximation(math.log2(math.e) / float(x_t.scale), FAST_EXP_INPUT_BITS)
+    Rescale(m, s, Dtype.UINT16, fields.shift_dtype(s)).write(node, "input_")
+    node.params["pow2_out_q"] = SUM_BITS - math.floor(math.log2(axis_length))
+    node.params["adjust_q"] = FAST_EXP_ADJUST
+    node.params["quantize_method"] = "FAST_EXP"
+    fields.write_lut(node, qmath.LOG2_TABLE, Dtype.INT16, "log2_lut")
+    fields.write_lut(node, qmath.POW2_TABLE, Dtype.UINT16, "pow2_lut")
+
+
 @quant_register(OpType.Softmax, "1.0")
 def softmax_quantize(self, *args):
-    """LUT form: the table of exp(x - max) sampled where the lookup reads it, the
-    output unsigned from its calibrated range."""
+    """LUT, unless its table is interpolated over steps wider than MAX_LUT_STEP (in
+    input units): then the flat last step and the interpolation cost more than
+    FAST_EXP's 8-bit tables."""
     QT.check_quantized_inputs(self)
     x_t, out_t = self.inputs[0], self.outputs[0]
     if x_t.qinvariant or x_t.is_per_channel:
         raise QT.Unsupported(f"layer '{self.name}' (Softmax): unscaled or per-channel input")
-    st = settings_of(self)
-    axis = softmax_axis(self, len(x_t.ir_shape))
-    QT.quantize_activation(self, out_t, signed=False)
-    b = x_t.qbits
-    k = min(b, st.lut_items_in_bits)
-    m = exp_table_bits(int(x_t.ir_shape[axis]))
-    top = (1 << m) - 1
-    d = torch.arange(1 << k, dtype=torch.float64) * (1 << (b - k)) - ((1 << b) - 1)
-    table = torch.floor(torch.exp(d / float(x_t.scale)) * top + 0.5).clamp_(0, top)
-    fields.write_lut(self, table, Dtype.UINT16 if m <= 16 else Dtype.UINT32)
-    self.params["quantize_method"] = "LUT"
-    Rescale.from_ratio(out_t.scale, st.multiplier_bits).write(self)
+    axis_length = int(x_t.ir_shape[softmax_axis(self, len(x_t.ir_shape))])
+    k = min(x_t.qbits, settings_of(self).lut_items_in_bits)
+    step = (1 << (x_t.qbits - k)) / float(x_t.scale)
+    if k < x_t.qbits and step > MAX_LUT_STEP:
+        quantize_fast_exp(self, x_t, out_t, axis_length)
+    else:
+        quantize_lut(self, x_t, out_t, axis_length, k)

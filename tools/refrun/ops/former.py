@@ -12,7 +12,7 @@ import numpy as np
 
 from ..intmath import absmax, check_range
 from .elementwise import normalized_axes
-from .pool import _FLOAT_REDUCE, reduce_axes, reduce_method
+from .pool import FLOAT_REDUCE, reduce_axes, reduce_method
 from .stage import int_param, int_value, same_quantization, shifted, weights_with_zp
 
 NOT_PORTED = ("Reduce", "Resize", "Softmax", "LayerNorm")
@@ -133,7 +133,7 @@ def reduce_int(layer, xs, infos):
     axes = reduce_axes(layer, x.ndim)
     keepdims = bool(layer.param("keepdims", True))
     method = str(layer.param("method")).upper()
-    reduce_method(layer, _FLOAT_REDUCE)
+    reduce_method(layer, FLOAT_REDUCE)
     if method in ("MAX", "MIN"):
         same_quantization(layer, infos[0])
         return [(np.max if method == "MAX" else np.min)(x, axis=axes, keepdims=keepdims)]

@@ -80,7 +80,7 @@ def reduce_axes(layer, ndim):
     return tuple(sorted(a % ndim for a in axes))
 
 
-_FLOAT_REDUCE = {"MEAN": np.mean, "SUM": np.sum, "MAX": np.max, "MIN": np.min}
+FLOAT_REDUCE = {"MEAN": np.mean, "SUM": np.sum, "MAX": np.max, "MIN": np.min}
 
 
 def reduce_method(layer, table):
@@ -92,7 +92,7 @@ def reduce_method(layer, table):
 
 def reduce_float(layer, xs, infos):
     x = xs[0]
-    fn = reduce_method(layer, _FLOAT_REDUCE)
+    fn = reduce_method(layer, FLOAT_REDUCE)
     out = fn(x, axis=reduce_axes(layer, x.ndim), keepdims=bool(layer.param("keepdims", True)))
     return [np.asarray(out, np.float32)]
 
