@@ -66,7 +66,11 @@ def act(b, name, bottom, method, **params):
 
 
 def eltwise(b, name, x, y, method, act="NONE"):
-    return b.layer("Eltwise", name, [x, y], dict(method=method, with_activation=act))[0]
+    """With the params the parser writes for a fused LEAKYRELU."""
+    params = dict(method=method, with_activation=act)
+    if act == "LEAKYRELU":
+        params["negative_slope_type"], params["negative_slope_value"] = "float32", 0.1
+    return b.layer("Eltwise", name, [x, y], params)[0]
 
 
 # ---- the cases -----------------------------------------------------------------
@@ -133,10 +137,11 @@ def _softmax(b, rng, x):
 
 
 def _lut_activations(b, rng, x):
-    return [act(b, "sigmoid", x[0], "SIGMOID"), act(b, "tanh", x[0], "TANH"), act(b, "swish", x[0], "SWISH"),
-            act(b, "gelu", x[0], "GELU", approximate="NONE"), act(b, "hardswish", x[0], "HARDSWISH"),
-            act(b, "hardsigmoid", x[0], "HARDSIGMOID"), act(b, "leakyrelu", x[0], "LEAKYRELU",
-                                                             negative_slope_value=0.1),
+    return [act(b, "sigmoid", x[0], "SIGMOID"), act(b, "tanh", x[0], "TANH"),
+            act(b, "swish", x[0], "SWISH", alpha=1.0), act(b, "gelu", x[0], "GELU", approximate="NONE"),
+            act(b, "hardswish", x[0], "HARDSWISH"),
+            act(b, "hardsigmoid", x[0], "HARDSIGMOID", alpha=0.2, beta=0.5, clip_min=0.0, clip_max=1.0),
+            act(b, "leakyrelu", x[0], "LEAKYRELU", negative_slope_type="float32", negative_slope_value=0.1),
             act(b, "relu6", x[0], "RELU6"), act(b, "clip", x[0], "CLIP", clip_min=-0.5, clip_max=1.5)]
 
 
@@ -191,11 +196,14 @@ def _resize(b, rng, x):
             ("BILINEAR", "HALF_PIXEL_SYMMETRIC", None, [1, 6, 2, 4], None),
             ("BILINEAR", "HALF_PIXEL_SYMMETRIC", None, [1, 7, 7, 4], 1.5)):
         params = dict(method=method)
-        params.update(size=shape) if ratio is None else params.update(ratio_x=ratio, ratio_y=ratio)
+        if ratio is None:
+            params.update(size=shape)
+        else:
+            params.update(ratio_x=ratio, ratio_y=ratio)
         params.update(mode=mode, antialias=False, exclude_outside=False)
         if nearest:
             params.update(nearest_mode=nearest)
-        name = f"{method.lower()}_{mode.lower()}" + (f"_{nearest.lower()}" if nearest else "") + ("_ratio" if ratio else "")
+        name = "_".join([method, mode] + ([nearest] if nearest else []) + (["ratio"] if ratio else [])).lower()
         tops += b.layer("Resize", name, [x[0]], params, top_shapes=[shape])
     return tops
 
@@ -218,7 +226,7 @@ def _slice_split(b, rng, x):
 def _batchnorm(b, rng, x):
     """Behind a MAX pooling, so that no pass folds them into a convolution."""
     p = pool(b, "pool", x[0], "MAX", 1, 1)
-    last = b.layer("BatchNorm", "bn", [p], dict(axis=-1),
+    last = b.layer("BatchNorm", "bn", [p], dict(axis=3),
                    {"weights": weights(rng, 4, scale=2.0), "biases": weights(rng, 4)})
     axis1 = b.layer("BatchNorm", "bn_axis1", [p], dict(axis=1),
                     {"weights": weights(rng, 5, scale=2.0), "biases": weights(rng, 5)})
