@@ -1,22 +1,31 @@
 """LayerNorm over `axis` with `weights`/`biases` shaped like the normalized axes, in
 the tool chain's forms.
 
-Float (float32, the tool chain's order): m = mean(x), v = mean((x - m)^2),
+Float (float32, the tool chain's order of operations): m = mean(x), v = mean((x - m)^2),
 y = weights * ((x - m) * (1 / (v + epsilon)^0.5)) + biases.
 
-Quantized (epsilon unused), per row of N normalized elements of q (not q + zp):
-m = round_half_even(fl64(sum q / N)), d = q - m; R(X, M, s, lo, hi) =
-clamp(round_half_even(X * M * 2^-s), lo, hi) and [lo, hi] the output dtype's range.
-* input of <= 8 bits: V = (sum d^2) >> var_shift_value, g = (qmath.inverse_sqrt(V) +
-  2^15) >> 16 (~2^15 / sqrt(V)), n = R(d * g, norm_scale_value, 8 + norm_shift_value);
+Quantized (epsilon unused), per row of N normalized elements of q (q, not q + zp):
+m = round_half_even(fl64(sum q) / N), d = q - m, and R(X, M, s, lo, hi) =
+clamp(round_half_even(X * M * 2^-s), lo, hi) with [lo, hi] the output dtype's range:
+* input of <= 8 bits (m also clamped to the input dtype's range): V = (sum d^2) >>
+  var_shift_value, g = (qmath.inverse_sqrt(V) + 2^15) >> 16 (~2^15 / sqrt(V)),
+  n = R(d * g, norm_scale_value, 8 + norm_shift_value);
 * wider input: V = trunc(fl64(sum d^2) / N), g = (inverse_sqrt(V) + 2^15) >> 16,
   g = R(g, norm_scale_value, norm_shift_value, 0, 65535), n = R((d >> 1) * g, 1, 7);
-then z = (q_w + zp_w) * n + (q_b + zp_b) and the output R(z, M, s) - zp_out clamped to
-the top range, M/s per tensor or per element of the last normalized axis.
-n is the normalized value (x - mean) / std times s_n: 2^(7 - norm_shift + var_shift / 2)
-/ sqrt(N) for <= 8 bits, 2^7 * norm_scale * 2^-norm_shift for wider inputs. The
-constant `lut` is the inverse-square-root table (qmath.ISQRT_TABLE), stored for the
-NPU; the computation uses the table itself.
+then z = (q_w + zp_w) * n + (q_b + zp_b) and out = R(z, M, s) - zp_out clamped to the top
+range, M/s = scale_value/shift_value per tensor or `scale`/`shift` per element of the
+last normalized axis. n is (x - mean) / std at scale s_n = norm_scale * 2^(7 -
+norm_shift + var_shift / 2) / sqrt(N) (<= 8 bits), 2^7 * norm_scale * 2^-norm_shift
+(wider); at 16 bits g's rounding limits the precision (g ~ 2^15 / std in input steps).
+The constant `lut` is qmath.ISQRT_TABLE, stored for the NPU.
+
+npuopt writes a signed output; for <= 8 bits var_shift = ceil(log2 N) - 4 rounded up to
+even (at least 0), norm_scale 1 and norm_shift = var_shift / 2 + a, a <= 0 the smallest
+that keeps every normalized value that can still reach the output range within 8 bits
+(needed_range); for wider inputs norm_scale/norm_shift = s_n / 2^7 with s_n =
+qmax_out / sqrt(N) (15-bit multiplier); weights under the weight settings (per channel:
+per element of the last normalized axis), biases int32 at s_n * s_w, the rescale
+s_out / (s_n * s_w).
 """
 import math
 
@@ -142,7 +151,7 @@ def variance_shift(count: int) -> int:
     return max(0, shift + (shift & 1))
 
 
-def needed_range(node, out, shape) -> float:
+def needed_range(node, out) -> float:
     """How far |x - mean| / std must be represented: no further than where every
     element's output, weights * x + biases, has left the output's range (it saturates
     there anyway)."""
@@ -170,7 +179,7 @@ def layernorm_quantize(self, *args):
     norm_shape = [int(x_t.ir_shape[a]) for a in axes]
     count = math.prod(norm_shape)
     QT.quantize_activation(self, out_t, signed=True)
-    reach = min(math.sqrt(count), needed_range(self, out_t, norm_shape))
+    reach = min(math.sqrt(count), needed_range(self, out_t))
     if x_t.qbits <= NARROW_BITS:
         var_shift = variance_shift(count)
         # n = x_hat * 2^(7 - adj) / sqrt(N), reaching at most 2^7 at x_hat = reach

@@ -11,15 +11,17 @@ Quantized, with A = q + zp_in, M/s = scale_value/shift_value and
 R(X, M, s) = clamp(round_half_even(X * M * 2^-s) - zp_out) (qmath.requantize):
 * MAX, MIN: the max/min of q, quantization passed through;
 * SUM, MEAN: R(sum A) (MEAN's 1/n is part of M/s);
-* L1: S = min(sum |A|, 2^32 - 1), d = max(0, ceil(log2(fl32(max S))) - 16) over the
-  whole batch, R(min(S >> d, 65535), M, s - d), output unsigned;
-* L2: S and d from sum A^2 as for L1, P = R'(min(S >> d, 65535), M, s - d) with no zero
-  point, clamped to [0, 65535], then `sqrt_lut` looked up at P (16-bit index);
-* VARIANCE (UNBIASED_): in float32 as the tool chain (torch's reduction order): m =
-  round_half_even(mean(fl32 q)), S = sum (fl32 q - m)^2; R(S), output unsigned;
-* PROD: per output element, P = 1 and for each reduced A in order (axes in the
-  input's order): P = P * A, then P >> 1 until P fits 16 bits (signed when
-  qmin + zp_in < 0), counting the shifts t; R(P, M, s - t);
+* L1: S = min(sum |A|, 2^32 - 1), d = max(0, ceil(log2(fl32(max S))) - 16) with the
+  max over the whole batch and log2 in float32, R(min(S >> d, 65535), M, s - d),
+  output unsigned;
+* L2: S and d as for L1 from sum A^2, P = clamp(round_half_even(min(S >> d, 65535) *
+  M * 2^-(s - d)), 0, 65535), then `sqrt_lut` looked up at P (qmath.lut_lookup, 16
+  index bits);
+* VARIANCE (UNBIASED_): in float32 on q, as the tool chain (torch's reduction order):
+  m = round_half_even(mean(q)), S = sum (q - m)^2; R(S), output unsigned;
+* PROD: per output element, P = 1 and for each reduced A (row-major over the axes in
+  the IR's order): P = P * A, then P >> 1 (floor) while P is outside the 16-bit range
+  (signed when qmin + zp_in < 0), counting the shifts t; R(P, M, s - t);
 * ALL/ANY: whether all/any A != 0 as 0/1, an unquantized (qinvariant) uint8 output.
 """
 import math
@@ -46,6 +48,14 @@ PROD_BITS = 16
 
 def reduce_method(node) -> str:
     return param_choice(node, "method", METHODS)
+
+
+def reduce_axes(node, ndim: int):
+    """The reduced axes, non-negative, in the IR's order: PROD multiplies along them in
+    that order, as the tool chain (the parser lists them ascending)."""
+    axis_list(node, "axis", ndim)  # the checks
+    axes = node.get_param("axis")
+    return [int(a) % ndim for a in ([axes] if isinstance(axes, int) else axes)]
 
 
 def reduced_count(node, shape, axes) -> int:
@@ -150,7 +160,7 @@ def reduce_quantized(node, method, axes):
 def reduce_forward(self, *args):
     x_t, out_t = self.inputs[0], self.outputs[0]
     method = reduce_method(self)
-    axes = axis_list(self, "axis", x_t.betensor.dim())
+    axes = reduce_axes(self, x_t.betensor.dim())
     if self.quantized:
         out = QT.store_output(self, reduce_quantized(self, method, axes), out_t)
     else:

@@ -1,29 +1,36 @@
-"""Softmax along `axis` (default: the last); float: torch's, in float32.
+"""Softmax along `axis` (default: the last); float: torch's softmax in float32, as the
+tool chain.
 
-Quantized, the tool chain's forms (`quantize_method`; R(X, M, s) is qmath.requantize
-into the output, b the input's bits, d = q - max_along_axis(q) <= 0):
+Quantized, the tool chain's forms (R(X, M, s) = qmath.requantize into the output; b, B
+the input's and output's bits; d = q - max_axis(q) <= 0; S the int64 sum along the axis):
 
-* LUT (what npuopt writes): y = lut[d + 2^b - 1] (qmath.lut_lookup over b index bits,
-  unsigned), S = sum y along the axis (int64), D = max(S, 1), c = 31 (30 when the
-  table's largest entry is 1), M/s = scale_value/shift_value. If the axis is shorter
-  than 8, (elements / axis length) % 128 == 0 and b <= 8: e = c - ceil(log2(max lut)),
-  z = trunc(((y << e) + (S >> 1)) / D), out = R(z, M, s + e); otherwise
-  e = c - ceil(log2(M)), r = trunc(M * 2^e / D), out = R(y * r, 1, s + e). The
-  ceil(log2) are taken in float32. npuopt's table: 2^k entries, entry i =
-  round(exp((i * 2^(b-k) - 2^b + 1) / s_in) * (2^m - 1)) and the last one 2^m - 1 (the
-  row's maximum, exact), m bits wide (m grows with the axis length, every sum < 2^31).
-* FAST_EXP (read only), a = adjust_q, Mi/si = input_scale/input_shift (2^si / Mi ~ the
-  input scale over log2(e)), P = pow2_out_q, B = the output's bits. With a >= 8:
-  t = (d * Mi) >> (si - a) (a left shift when si <= a), y = qmath.pow2_fixed(t, a, P),
-  S = clamp(sum y, 1, 2^31 - 1), out = pow2_fixed(t - log2_fixed(S, P, a), a, B)
-  saturated to the output dtype; with a in {0, 1}: t = (d * Mi) >> si, y = 2^(P + t)
-  (0 when P + t < 0), u = (((t + B) << a) - log2_coarse(S, P, a)) >> a,
+* LUT (quantize_method=LUT, no adjust_q): y = lut[d + 2^b - 1] (qmath.lut_lookup, b
+  index bits, interpolated when the table is shorter than 2^b), D = max(S, 1), c = 31
+  (30 when the largest entry is 1), M/s = scale_value/shift_value. If the axis is
+  shorter than 8, the batch's rows (elements / axis length) are a multiple of 128 and
+  b <= 8: e = c - ceil(log2(max lut)), z = trunc(((y << e) + (S >> 1)) / D),
+  out = R(z, M, s + e); else e = c - ceil(log2 M), r = trunc(M * 2^e / D),
+  out = R(y * r, 1, s + e). Both ceil(log2) in float32.
+* FAST_EXP (adjust_q = a >= 0; Mi * 2^-si = input_scale/input_shift ~ log2(e) / s_in,
+  P = pow2_out_q). a >= 8: t = (d * Mi) >> (si - a) (<< (a - si) when si <= a),
+  y = qmath.pow2_fixed(t, a, P), out = pow2_fixed(t - qmath.log2_fixed(clamp(S, 1,
+  2^31 - 1), P, a), a, B) saturated to the output dtype (not to the top range).
+  a in {0, 1}: t = (d * Mi) >> si, y = 2^(P + t) (0 when P + t < 0),
+  u = (((t + B) << a) - qmath.log2_coarse(clamp(S, 1, 2^31 - 1), P, a)) >> a,
   out = R(2^u (0 when u < 0), 1, 0).
-* LUT with `is_perf_mode` and a `float_lut` constant (X3 targets; read only): the
-  tool chain's float computation with values truncated to 24 bits (fp24):
-  f = fp24((max - q) * fp24(-1 / (0.6931471 * s_in))), y = 2^f from float_lut
-  (fp24, see _pow2_fp24), score = fp24(1 / fp24(sum y)) * fp24(fp16(y)) * s_out,
-  out = clamp(round_half_even(score) - zp).
+* LUT with is_perf_mode=true and a `float_lut` constant (the tool chain's X3 form), in
+  float32 with fp24 = the 8 low mantissa bits cleared: x = fp24(q), f = fp24((max - x)
+  * fp24(-1 / (0.6931471 * s_in))), y = _pow2_fp24(f, float_lut), out =
+  clamp(round_half_even(fp24(fp16(y)) * s_out * fp24(1 / fp24(sum y))) - zp); the
+  float sum in torch's order.
+
+npuopt writes LUT: 2^k entries (k = min(b, lut_items_in_bits)), entry i =
+round(exp((i * 2^(b-k) - 2^b + 1) / s_in) * (2^m - 1)) and the last 2^m - 1 (exact at
+the row's maximum, read from the last entry), m = min(31 - ceil(log2 n),
+15 + ceil(ceil(log2 n) / 2)) bits for an axis of n (every sum < 2^31); the output
+unsigned from its calibrated range. Where that table would be interpolated over steps
+wider than MAX_LUT_STEP input units (2^(b-k) / s_in), it writes FAST_EXP with a = 15,
+Mi of 13 bits and P = 31 - floor(log2 n), the output scale 2^B.
 """
 import math
 
@@ -45,7 +52,7 @@ LN2_APPROX = 0.6931471
 PERF_CLAMP = 126.9
 MANTISSA_STEPS = (1 << 16) - 1
 INTERP_BITS = 7
-MAX_LUT_STEP = 1 / 64       # table steps wider than this (input units) choose FAST_EXP
+MAX_LUT_STEP = 1 / 16       # table steps wider than this (input units) choose FAST_EXP
 FAST_EXP_ADJUST = 15
 FAST_EXP_INPUT_BITS = 13    # d * Mi stays within 32 bits for 16-bit inputs
 
@@ -114,7 +121,7 @@ def _fp24(v: torch.Tensor) -> torch.Tensor:
 def _pow2_fp24(f: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """2^f for f <= 0 in float32: f limited to >= -126.9, 16 fraction bits of which the
     top 9 index `table` and the low 7 interpolate, times 2^floor(f), fp24."""
-    f = torch.where(f < PERF_CLAMP * -1, torch.tensor(-PERF_CLAMP, dtype=torch.float32), f)
+    f = torch.where(f < -PERF_CLAMP, torch.tensor(-PERF_CLAMP, dtype=torch.float32), f)
     whole = f.floor()
     fraction = ((f - whole) * MANTISSA_STEPS).to(torch.int64)
     i = fraction >> INTERP_BITS
