@@ -4,6 +4,6 @@ finds them from any working directory."""
 from setuptools import find_packages, setup
 
 setup(
-    packages=find_packages(include=["npuopt", "npuopt.*", "tools", "tools.*"]) + ["npuopt_plugins"],
+    packages=find_packages(include=["npuopt", "npuopt.*", "npuopt_run", "npuopt_run.*", "npuopt_export"]) + ["npuopt_plugins"],
     package_dir={"npuopt_plugins": "plugins"},
 )

@@ -22,9 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tools.export import export_model, to_ir_layout  # noqa: E402
-from tools.export_check import IMAGE_LABELS, load_images  # noqa: E402
-from tools.models import efficientnet_lite0  # noqa: E402
+from npuopt_export.export import export_model, to_ir_layout  # noqa: E402
+from npuopt_export.export_check import IMAGE_LABELS, load_images  # noqa: E402
+from npuopt_export.models import efficientnet_lite0  # noqa: E402
 from timing import best_time  # noqa: E402
 
 TARGET_RATIO = 1.3

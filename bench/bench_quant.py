@@ -34,9 +34,9 @@ from npuopt.config import load_config  # noqa: E402
 from npuopt.plugins import load_plugins  # noqa: E402
 from npuopt.quant.quantizer import (Calibrator, attach_statistics, build_quantized_graph,  # noqa: E402
                                     dequantized, float_layers, layer_settings)
-from tools.export import export_model, to_ir_layout  # noqa: E402
-from tools.export_check import IMAGE_LABELS, load_images  # noqa: E402
-from tools.models import efficientnet_lite0  # noqa: E402
+from npuopt_export.export import export_model, to_ir_layout  # noqa: E402
+from npuopt_export.export_check import IMAGE_LABELS, load_images  # noqa: E402
+from npuopt_export.models import efficientnet_lite0  # noqa: E402
 from timing import best_time  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ acceptance): worst cosine >= 0.99999 and max abs error <= 1e-4 x max |output| on
 
     python model_tests/float_check.py MODEL IR_PREFIX [--lively] [--count N]
 
-MODEL is a name of tools/export_check.MODELS (resnet18, ..., efficientnet_lite0),
+MODEL is a name of npuopt_export/export_check.MODELS (resnet18, ..., efficientnet_lite0),
 IR_PREFIX the IR that `npuopt-export` wrote (IR_PREFIX.txt/.bin) from that model
 as loaded (torchvision: random weights from torch.manual_seed(0)). --lively also
 exports and checks the model after lively() (BatchNorm statistics re-estimated,
@@ -30,8 +30,8 @@ def main(argv=None) -> int:
 
     from npuopt.errors import NpuoptError
     from npuopt.ir import read_graph
-    from tools.export import load_model, runs_batched
-    from tools.export_check import (IMAGE_LABELS, INPUT_SHAPE, MODELS, compare_on_inputs, format_figures,
+    from npuopt_export.export import load_model, runs_batched
+    from npuopt_export.export_check import (IMAGE_LABELS, INPUT_SHAPE, MODELS, compare_on_inputs, format_figures,
                                     model_figures, passes)
 
     if args.model not in MODELS:

@@ -1,5 +1,5 @@
 """The reference runner against npuopt on whole models: resnet18, mobilenet_v2 and
-EfficientNet-Lite0, exported with tools/export.py, quantized with npuopt, run
+EfficientNet-Lite0, exported with npuopt_export/export.py, quantized with npuopt, run
 on the ImageNet sample images by npuopt's quantized forward and by npuopt-run.
 
     python model_tests/refrun_compare.py [MODEL ...] [--images N] [--calib-images N] [--work DIR]
@@ -27,7 +27,7 @@ IMAGENET_NORM = dict(image_mean="123.675,116.28,103.53", image_std="58.395,57.12
 MODELS = {
     "resnet18": ("torchvision:resnet18", IMAGENET_NORM),
     "mobilenet_v2": ("torchvision:mobilenet_v2", IMAGENET_NORM),
-    "efficientnet_lite0": ("tools.models:efficientnet_lite0", dict(image_mean="127", image_std="128")),
+    "efficientnet_lite0": ("npuopt_export.models:efficientnet_lite0", dict(image_mean="127", image_std="128")),
 }
 FLOAT_RTOL = 1e-4
 
@@ -40,7 +40,7 @@ def prepare(model: str, work: str, calib_images: int) -> str:
     os.makedirs(folder, exist_ok=True)
     prefix = os.path.join(folder, model)
     if not os.path.isfile(prefix + ".txt"):
-        subprocess.run([sys.executable, "-m", "tools.export", spec, "--input-shape", "1,3,224,224", "-o", prefix],
+        subprocess.run([sys.executable, "-m", "npuopt_export.export", spec, "--input-shape", "1,3,224,224", "-o", prefix],
                        cwd=REPO, check=True)
     cfg = os.path.join(folder, "opt.cfg")
     fields = dict(graph=model + ".txt", model_name=model, output_dir="quant", dataset="ImageFolderDataset",
@@ -78,8 +78,8 @@ def compare_model(cfg_path: str, images: int, batch: int = 16, all_tensors: bool
     from npuopt.data import make_dataset
     from npuopt.ir import read_graph
     from npuopt.plugins import load_plugins
-    from tools.refrun.irfile import read_model
-    from tools.refrun.runner import Runner
+    from npuopt_run.irfile import read_model
+    from npuopt_run.runner import Runner
 
     load_plugins()
     cfg = load_config(cfg_path, {"image_limit": str(images)})
@@ -121,7 +121,7 @@ def main(argv: List[str] = None) -> int:
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
-    from tools.refrun.errors import RefrunError
+    from npuopt_run.errors import RefrunError
 
     failed = 0
     for model in args.models or list(MODELS):

@@ -97,7 +97,7 @@ def run_case(folder: str, overrides: Dict[str, str] = None) -> Tuple[bool, str]:
     from npuopt.errors import NpuoptError
     from npuopt.optmaster import OptMaster
     from npuopt.plugins import load_plugins
-    from tools.refrun import cli
+    from npuopt_run import cli
 
     name = os.path.basename(os.path.abspath(folder))
     work = os.path.join(folder, "work")

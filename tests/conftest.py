@@ -19,6 +19,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))  # gen_op_tests and its op_cases/, scripts rather than a package
 SHARED_DATA = REPO.parent / "shared" / "data"
 IR_EXAMPLES = SHARED_DATA / "compass_ir_examples"
 SQUEEZENET_BIN_BYTES = 4_993_696

@@ -228,7 +228,7 @@ def _nonnegative_pads(b, rng, x):
 
 
 def conformance_only_cases():
-    from tools.gen_op_tests import Case
+    from gen_op_tests import Case
     return [Case("pad_nonnegative", "the op test pad without negative pads (OPT cannot run those)", [(4, 5, 3)],
                  _nonnegative_pads, dict(quantize_method_for_activation="per_tensor_asymmetric"))]
 
@@ -239,7 +239,7 @@ OP_CASES = sorted(p.parent.name for p in OP_TESTS.glob("*/opt.cfg")) + ["pad_non
 @pytest.fixture(scope="module")
 def op_runs(request, oracle, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
     """Every selected (case, setting) quantized by npuopt, OPT started on all of them."""
-    from tools.gen_op_tests import write_case
+    from gen_op_tests import write_case
     root = tmp_path_factory.mktemp("op_conformance")
     folders = {case: OP_TESTS / case for case in OP_CASES}
     for case in conformance_only_cases():
@@ -380,7 +380,7 @@ def test_refrun_on_opt_ir(model, opt_quantized, record_property, tmp_path):
     run = opt_quantized[model]
     assert not run.error, f"{run.label}: {run.error}"
     out = tmp_path / "refrun.npz"
-    command = [sys.executable, "-m", "tools.refrun.cli", str(run.txt),
+    command = [sys.executable, "-m", "npuopt_run.cli", str(run.txt),
                "--input", str(run.inputs[0]), "-o", str(out)]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"npuopt-run failed:\n{result.stderr[-3000:]}"

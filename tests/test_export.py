@@ -1,6 +1,6 @@
-"""Issue 3: the exporter `npuopt-export` (tools/export.py) from PyTorch to the float IR.
+"""Issue 3: the exporter `npuopt-export` (npuopt_export/export.py) from PyTorch to the float IR.
 
-Acceptance (tools/export_check.py): npuopt's float forward of the exported IR, as
+Acceptance (npuopt_export/export_check.py): npuopt's float forward of the exported IR, as
 written and read back, matches PyTorch on 8 random inputs and 8 sample images:
 worst cosine >= 0.99999 and max abs error <= 1e-4 x max |output|. Each torchvision
 model is checked as loaded (random weights from torch.manual_seed(0)) and after
@@ -22,8 +22,8 @@ from torch import nn
 
 from npuopt.errors import ExportError
 from npuopt.ir import read_graph
-from tools.export import export_model, load_model, main as export_main, runs_batched
-from tools.export_check import (IMAGE_LABELS, MAX_REL_ERROR, MIN_COSINE, MODELS, agreement,
+from npuopt_export.export import export_model, load_model, main as export_main, runs_batched
+from npuopt_export.export_check import (IMAGE_LABELS, MAX_REL_ERROR, MIN_COSINE, MODELS, agreement,
                                 load_images, model_figures, passes, run_ir, run_torch)
 
 FAST_MODELS = ["mobilenet_v2", "efficientnet_lite0"]
@@ -93,7 +93,7 @@ def test_lite0_top1_on_500_val_images_equals_pytorch(tmp_path):
     if not IMAGE_LABELS.is_file():
         pytest.skip(NO_IMAGES)
     needs_lite0_weights()
-    from tools.export_check import export_to_files
+    from npuopt_export.export_check import export_to_files
 
     model = load_model(MODELS["efficientnet_lite0"][0])
     graph = export_to_files(model, str(tmp_path / "lite0"))
@@ -302,8 +302,8 @@ def models_dir(tmp_path_factory):
 
 
 def start_export(*args, cwd: Path):
-    """`python -m tools.export ARGS` as a user runs it, in its own process."""
-    command = [sys.executable, "-m", "tools.export", *map(str, args)]
+    """`python -m npuopt_export.export ARGS` as a user runs it, in its own process."""
+    command = [sys.executable, "-m", "npuopt_export.export", *map(str, args)]
     return _POOL.submit(subprocess.run, command, cwd=str(cwd), capture_output=True, text=True, timeout=300)
 
 

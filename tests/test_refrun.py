@@ -1,4 +1,4 @@
-"""The reference runner npuopt-run (tools/refrun): its own IR parser against
+"""The reference runner npuopt-run (npuopt_run): its own IR parser against
 npuopt's reader, its one-line errors, the op tests (op_tests/), and, marked
 slow, whole models against npuopt's quantized forward."""
 import os
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from tools.refrun import cli
-from tools.refrun.irfile import read_model
+from npuopt_run import cli
+from npuopt_run.irfile import read_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(REPO, "..", "shared")
@@ -93,7 +93,7 @@ def test_float_model_runs_like_npuopt(tmp_path):
 
 
 def test_value_syntax():
-    from tools.refrun.irfile import ValueSyntax, parse_value
+    from npuopt_run.irfile import ValueSyntax, parse_value
 
     assert parse_value("[[1,2],[3,-4]]") == [[1, 2], [3, -4]]
     assert parse_value("[]") == []
@@ -108,7 +108,7 @@ def test_value_syntax():
 
 def test_runner_imports_nothing_from_npuopt():
     """The second opinion must not share npuopt's code (nor torch's arithmetic)."""
-    code = ("import sys, tools.refrun.cli; "
+    code = ("import sys, npuopt_run.cli; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('npuopt', 'torch')); "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -210,7 +210,7 @@ def test_console_script_prints_one_line_and_exits_1(tiny):
     txt, edit, argv = tiny
     edit("layer_type=Activation", "layer_type=Frobnicate")
     exe = shutil.which("npuopt-run", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    cmd = [exe] if exe else [sys.executable, "-m", "tools.refrun.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "npuopt_run.cli"]
     proc = subprocess.run(cmd + argv, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
@@ -221,7 +221,7 @@ def test_console_script_prints_one_line_and_exits_1(tiny):
 
 # ------------------------------------------------- integer semantics, by hand
 def test_rounding_primitives_follow_the_page():
-    from tools.refrun.intmath import as_float32, as_float64, dequantize, quantize, shift_round_even
+    from npuopt_run.intmath import as_float32, as_float64, dequantize, quantize, shift_round_even
 
     # graph inputs: round half to even in float32; NaN -> 0, +-inf saturate
     f = np.array([-2.5, 2.5, -0.5, 0.5, 1.5, np.nan, np.inf, -np.inf, 1000.0], np.float32)
@@ -242,7 +242,7 @@ def test_rounding_primitives_follow_the_page():
 def test_requantize_is_the_tool_chains_float64_rescale():
     """round_half_even(fl64(x * M) * 2^-s): exact below 2^53, and the float64 rounding of the
     product reproduced beyond."""
-    from tools.refrun.intmath import requantize
+    from npuopt_run.intmath import requantize
 
     class Layer:  # requantize only names its layer in errors
         def error(self, message):
@@ -258,7 +258,7 @@ def test_requantize_is_the_tool_chains_float64_rescale():
 def test_avg_multiplier_is_derived_in_float32():
     """255 / 0.25 = 1020: shift floor(log2(1020)) = 9, M = 0.25 * 2^9 = 128; a ratio of
     exactly 1 (M = 2^shift) everywhere becomes (1, 0)."""
-    from tools.refrun.intmath import scale_approximation_f32
+    from npuopt_run.intmath import scale_approximation_f32
 
     m, s = scale_approximation_f32(np.float32([0.25, 0.2]), 8)
     assert m.tolist() == [128, 205] and s.tolist() == [9, 10]
@@ -529,7 +529,7 @@ def _compare_module():
 
 def _not_ported(case):
     """The layer types of the case's IR whose integer forward npuopt-run has not ported yet."""
-    from tools.refrun.ops.former import NOT_PORTED
+    from npuopt_run.ops.former import NOT_PORTED
 
     model = read_model(os.path.join(OP_TESTS, case, case + ".txt"))
     return sorted({layer.type for layer in model.layers} & set(NOT_PORTED))
@@ -547,7 +547,7 @@ def test_op(case):
 
 def test_op_tests_are_what_the_generator_writes(tmp_path):
     """The committed folders are reproduced byte for byte by tools/gen_op_tests.py."""
-    from tools import gen_op_tests
+    import gen_op_tests
 
     gen_op_tests.main([str(tmp_path)])
     assert sorted(os.listdir(tmp_path)) == OP_CASES
@@ -587,7 +587,7 @@ def test_model_matches_npuopt_on_16_images(tmp_path_factory, model):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     cfg = module.prepare(model, str(tmp_path_factory.mktemp(model)), calib_images=32)
-    from tools.refrun.ops.former import NOT_PORTED
+    from npuopt_run.ops.former import NOT_PORTED
 
     quantized = read_model(module.quantized_ir(cfg))
     not_ported = sorted({layer.type for layer in quantized.layers

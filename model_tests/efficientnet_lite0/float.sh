@@ -6,5 +6,5 @@
 set -e
 cd "$(dirname "$0")"
 mkdir -p work
-npuopt-export tools.models:efficientnet_lite0 --input-shape 1,3,224,224 -o work/float/lite0
+npuopt-export npuopt_export.models:efficientnet_lite0 --input-shape 1,3,224,224 -o work/float/lite0
 exec "${PYTHON:-python3}" ../float_check.py efficientnet_lite0 work/float/lite0

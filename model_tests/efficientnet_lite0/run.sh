@@ -9,6 +9,6 @@ if [ ! -f ../../../shared/data/imagenet_sample/labels.tsv ]; then
     echo "SKIP efficientnet_lite0: ../shared/data/imagenet_sample is absent"; exit 0
 fi
 mkdir -p work
-[ -f work/lite0.txt ] || npuopt-export tools.models:efficientnet_lite0 --input-shape 1,3,224,224 -o work/lite0
+[ -f work/lite0.txt ] || npuopt-export npuopt_export.models:efficientnet_lite0 --input-shape 1,3,224,224 -o work/lite0
 npuopt --cfg opt.cfg "$@"
 exec "${PYTHON:-python3}" ../check_report.py work/out/lite0_report.json --min TopKMetric=0.870 --min-agreement 0.982

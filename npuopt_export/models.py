@@ -1,6 +1,6 @@
 """Model loaders for `npuopt-export module.path:callable`.
 
-    npuopt-export tools.models:efficientnet_lite0 --input-shape 1,3,224,224 -o lite0
+    npuopt-export npuopt_export.models:efficientnet_lite0 --input-shape 1,3,224,224 -o lite0
 """
 import contextlib
 import io

@@ -1,10 +1,10 @@
 """npuopt-export: a PyTorch model to a float IR (OUT_PREFIX.txt + OUT_PREFIX.bin).
 
     npuopt-export torchvision:resnet18 --input-shape 1,3,224,224 -o out/resnet18
-    npuopt-export tools.models:efficientnet_lite0 --input-shape 1,3,224,224 -o out/lite0
+    npuopt-export npuopt_export.models:efficientnet_lite0 --input-shape 1,3,224,224 -o out/lite0
 
 The model is traced with torch.export and each aten op of the traced graph is
-mapped to IR layers (tools/export_ops.py) following docs/ir-ops.md; 4-D
+mapped to IR layers (npuopt_export/export_ops.py) following docs/ir-ops.md; 4-D
 activations are NHWC in the IR. The stage-1 passes then fold BatchNorms and fuse
 activations, and the IR is checked against PyTorch on the example input before
 it is written.
@@ -230,7 +230,7 @@ def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
 
     \b
       npuopt-export torchvision:resnet18 --input-shape 1,3,224,224 -o out/resnet18
-      npuopt-export tools.models:efficientnet_lite0 --input-shape 1,3,224,224 -o out/lite0
+      npuopt-export npuopt_export.models:efficientnet_lite0 --input-shape 1,3,224,224 -o out/lite0
 
     The model is traced in eval mode with torch.export and mapped to IR layers
     (4-D activations NHWC); BatchNorms are folded and activations fused. The IR is

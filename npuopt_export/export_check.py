@@ -32,7 +32,7 @@ INPUT_SHAPE = (1, 3, 224, 224)
 MODELS = {name: (f"torchvision:{name}", "imagenet") for name in (
     "resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "squeezenet1_1", "shufflenet_v2_x1_0",
     "efficientnet_b0", "regnet_x_400mf", "googlenet", "vit_b_16")}
-MODELS["efficientnet_lite0"] = ("tools.models:efficientnet_lite0", "lite")
+MODELS["efficientnet_lite0"] = ("npuopt_export.models:efficientnet_lite0", "lite")
 
 
 def lively(model: torch.nn.Module, input_shape, seed: int = 0) -> torch.nn.Module:

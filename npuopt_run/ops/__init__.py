@@ -2,11 +2,12 @@
 type. A layer that computes in integers (runner.computes_in_integers, the tool
 chain's rule) runs the integer forward; a layer left in float (mixed precision)
 runs the float one. `reads_other_kind` marks the boundary layers (Quantize reads
-floats, DeQuantize integers)."""
+floats, DeQuantize integers). Every module of this package that defines FLOAT and
+INT (dicts layer type -> forward) joins the table: a new op family is a new file."""
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional
-
-from . import activation, conv, elementwise, former, pool, resize, shape
 
 
 @dataclass(frozen=True)
@@ -20,9 +21,15 @@ def _table(*modules) -> Dict[str, Op]:
     types = sorted(set().union(*(set(m.FLOAT) | set(m.INT) for m in modules)))
     floats = {k: v for m in modules for k, v in m.FLOAT.items()}
     ints = {k: v for m in modules for k, v in m.INT.items()}
-    table = {t: Op(floats.get(t), ints.get(t), t in shape.READS_OTHER_KIND) for t in types}
+    reads_other_kind = set().union(*(getattr(m, "READS_OTHER_KIND", ()) for m in modules))
+    table = {t: Op(floats.get(t), ints.get(t), t in reads_other_kind) for t in types}
     table["Input"] = Op(None, None)  # the runner feeds inputs itself
     return table
 
 
-OPS = _table(activation, conv, elementwise, former, pool, resize, shape)
+def _op_modules():
+    modules = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)]
+    return [m for m in modules if hasattr(m, "FLOAT") and hasattr(m, "INT")]
+
+
+OPS = _table(*_op_modules())
