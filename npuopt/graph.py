@@ -145,6 +145,7 @@ class PyGraph:
     def check_supported(self) -> None:
         """Every layer type has a forward; otherwise one error listing every missing type
         (with how many layers and the first of them), before anything runs."""
+        import npuopt.ops  # noqa: F401  (built-in ops register on import)
         from .registry import OP_FORWARDS
         missing: Dict[str, List[str]] = OrderedDict()
         for node in self.nodes:
@@ -169,11 +170,14 @@ class QuantizeGraph(PyGraph):
 
 
 def _check_shape(node: PyNode, t: PyTensor, batch_factor: float) -> None:
-    """Shapes must equal the IR's, but for the batch axis, which scales with the input batch
-    (or stays as the IR has it, for batch-free values such as a Constant's)."""
+    """Shapes must equal the IR's but for one axis that carries the batch: batch_factor
+    times the IR's size there (the batch axis, wherever Transpose/Reshape moved or folded
+    it), or the IR's size for batch-free values such as a Constant's."""
     got = tuple(t.betensor.shape)
     want = tuple(t.ir_shape)
-    if len(got) == len(want) and (len(want) == 0 or (got[1:] == want[1:] and got[0] in (want[0], want[0] * batch_factor))):
-        return
+    if len(got) == len(want):
+        differ = [a for a in range(len(want)) if got[a] != want[a]]
+        if not differ or (len(differ) == 1 and got[differ[0]] == want[differ[0]] * batch_factor):
+            return
     raise GraphError(f"layer '{node.name}' ({node.type}): computed shape {list(got)} for tensor "
                      f"'{t.name}', the IR says {list(want)}")
