@@ -2,14 +2,15 @@
 (`OptForward`, extracted from ../shared/reference, see opt_oracle.py) is the oracle for
 what a quantized IR means.
 
-1. Every op test in op_tests/ and the parser-written models squeezenet1_1 and
-   mobilenet_v2 (slow), under four settings (SETTINGS), are quantized by npuopt as
-   `npuopt --cfg opt.cfg --set ...` does. On the written IR:
+1. Every op test in op_tests/ and every parser-written model in
+   ../shared/data/parser_irs (slow), under four settings (SETTINGS), are quantized by
+   npuopt as `npuopt --cfg opt.cfg --set ...` does. On the written IR:
    (a) OPT reads as quantized exactly the layers npuopt quantized, the others as float;
    (b) OPT's forward equals npuopt's quantized forward of the IR read back from disk on
        every element of every graph output: integers within 1 LSB, float outputs (layers
        kept in float) within float32 rounding. The share of identical elements is
-       recorded as the property `identical_share` (listed at the end of the run).
+       recorded as the property `identical_share` (listed at the end of the run);
+   (c) for the models, `npuopt-run` computes npuopt's integers on every output element.
 2. (slow) OPT quantizes the models itself; npuopt reads the IR that OPT wrote, and its
    quantized forward and `npuopt-run` reproduce OptForward's integers.
 
@@ -52,7 +53,8 @@ FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnit
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
 
-MODELS = ["squeezenet1_1", "mobilenet_v2"]
+MODELS = sorted(p.name for p in PARSER_IRS.iterdir() if (p / f"{p.name}.txt").is_file()) \
+    if PARSER_IRS.is_dir() else []
 CALIBRATION_IMAGES = 8
 VALIDATION_IMAGES = 2
 
@@ -139,16 +141,17 @@ def npuopt_forward(txt: Path, inputs: List[Path]):
     return graph, [o.detach().cpu().numpy() for o in outputs]
 
 
-def _difference(ours: np.ndarray, theirs: np.ndarray) -> Tuple[np.ndarray, float]:
-    """|ours - theirs| and the largest difference allowed: 1 LSB for integers, float32
-    rounding for float tensors."""
+def _difference(ours: np.ndarray, theirs: np.ndarray, exact: bool = False) -> Tuple[np.ndarray, float]:
+    """|ours - theirs| and the largest difference allowed: 1 LSB for integers (0 when
+    `exact`), float32 rounding for float tensors."""
     diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
     if theirs.dtype.kind in "iub":
-        return diff, 1.0
+        return diff, 0.0 if exact else 1.0
     return diff, FLOAT_TOLERANCE * max(1.0, float(np.abs(theirs).max(initial=0.0)))
 
 
-def compare_outputs(names: List[str], ours: List[np.ndarray], theirs: List[np.ndarray]) -> Tuple[float, List[str]]:
+def compare_outputs(names: List[str], ours: List[np.ndarray], theirs: List[np.ndarray],
+                    exact: bool = False) -> Tuple[float, List[str]]:
     """The share of identical elements over all outputs, and the outputs that differ by more
     than allowed."""
     identical = total = 0
@@ -157,7 +160,7 @@ def compare_outputs(names: List[str], ours: List[np.ndarray], theirs: List[np.nd
         if mine.shape != other.shape:
             problems.append(f"output '{name}': shape {list(mine.shape)}, OPT {list(other.shape)}")
             continue
-        diff, allowed = _difference(mine, other)
+        diff, allowed = _difference(mine, other, exact)
         identical += int((diff == 0).sum())
         total += diff.size
         if diff.max(initial=0) > allowed:
@@ -269,21 +272,45 @@ def test_op_case(case, setting, op_runs, record_property):
 
 # ---- models written by the tool chain's parser ----------------------------------------------
 @pytest.fixture(scope="session")
-def images(tmp_path_factory) -> Dict[str, Path]:
-    """calib.npy (the first 8 `calib` images) and val.npy (the first `val` ones): RGB,
-    (pixel - 127) / 128, NCHW."""
+def images(tmp_path_factory):
+    """name -> (calib.npy, val.npy) maker: the first `calib` and `val` sample images,
+    RGB, (pixel - 127) / 128, NCHW, resized to a model's input size."""
     from PIL import Image
     if not IMAGES.is_dir():
         pytest.skip(f"sample images absent: {IMAGES} does not exist")
     with open(IMAGES / "labels.tsv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     folder = tmp_path_factory.mktemp("images")
+
+    def make(height: int, width: int) -> Dict[str, Path]:
+        files = {}
+        for split, count in (("calib", CALIBRATION_IMAGES), ("val", VALIDATION_IMAGES)):
+            names = [r["file"] for r in rows if r["split"] == split][:count]
+            pixels = np.stack([np.asarray(Image.open(IMAGES / n).convert("RGB").resize((width, height)),
+                                          dtype=np.float32) for n in names])
+            files[split] = folder / f"{split}_{height}x{width}.npy"
+            np.save(files[split], ((pixels - 127) / 128).transpose(0, 3, 1, 2))
+        return files
+    return make
+
+
+def model_data(name: str, images, folder: Path) -> Dict[str, Path]:
+    """Calibration and validation inputs for a parser IR with one input: images for an
+    NCHW 3-channel input, otherwise normal samples scaled like its ref_input.npy."""
+    from npuopt.ir import read_graph
+    graph = read_graph(str(model_ir(name)))
+    if len(graph.input_tensors) != 1:
+        pytest.skip(f"{name}: {len(graph.input_tensors)} inputs; the model cases feed one")
+    shape = [int(d) for d in graph.input_tensors[0].ir_shape]
+    if len(shape) == 4 and shape[1] == 3:
+        return images(shape[2], shape[3])
+    ref = PARSER_IRS / name / "ref_input.npy"
+    std = float(np.load(ref).std()) if ref.is_file() else 1.0
+    rng = np.random.default_rng(0)
     files = {}
     for split, count in (("calib", CALIBRATION_IMAGES), ("val", VALIDATION_IMAGES)):
-        names = [r["file"] for r in rows if r["split"] == split][:count]
-        pixels = np.stack([np.asarray(Image.open(IMAGES / n).convert("RGB"), dtype=np.float32) for n in names])
         files[split] = folder / f"{split}.npy"
-        np.save(files[split], ((pixels - 127) / 128).transpose(0, 3, 1, 2))
+        np.save(files[split], (rng.standard_normal([count] + shape[1:]) * std).astype(np.float32))
     return files
 
 
@@ -306,11 +333,13 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
         if not settings:
             continue
         txt = model_ir(model)
+        (root / model).mkdir(parents=True)
+        data = model_data(model, images, root / model)
         cfg = write_cfg(root / model / "opt.cfg", graph=txt, bin=txt.with_suffix(".bin"), model_name=model,
-                        dataset="NumpyDataset", calibration_data=images["calib"],
+                        dataset="NumpyDataset", calibration_data=data["calib"],
                         calibration_batch_size=CALIBRATION_IMAGES, statistic_file=root / model / "statistics.pt",
                         device="cpu")
-        quantized = [quantize(cfg, root / model / s, SETTINGS[s], f"{model} [{s}]", [images["val"]])
+        quantized = [quantize(cfg, root / model / s, SETTINGS[s], f"{model} [{s}]", [data["val"]])
                      for s in settings]
         start_opt(oracle, quantized)
         runs.update({(model, s): r for s, r in zip(settings, quantized)})
@@ -320,8 +349,11 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
 @pytest.mark.slow
 @pytest.mark.shared
 @pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS])
-def test_model(model, setting, model_runs, record_property):
-    check_conformance(model_runs[model, setting], record_property)
+def test_model(model, setting, model_runs, record_property, tmp_path):
+    run = model_runs[model, setting]
+    check_conformance(run, record_property)
+    _, ours = npuopt_forward(run.txt, run.inputs)
+    check_refrun(run, ours, tmp_path, exact=True)
 
 
 # ---- IRs that OPT quantized itself ----------------------------------------------------------
@@ -349,14 +381,15 @@ def opt_quantized(request, oracle, images, tmp_path_factory) -> Dict[str, Run]:
         txt = model_ir(model)
         cfg = root / model / "opt.cfg"
         cfg.parent.mkdir(parents=True)
-        cfg.write_text(OPT_CFG.format(graph=txt, bin=txt.with_suffix(".bin"), model=model, calib=images["calib"],
+        data = model_data(model, images, root / model)
+        cfg.write_text(OPT_CFG.format(graph=txt, bin=txt.with_suffix(".bin"), model=model, calib=data["calib"],
                                       batch=CALIBRATION_IMAGES, output_dir=root / model / "out"))
         result = oracle.optimize(cfg)
         written = root / model / "out" / f"{model}_o.txt"
         if result.returncode != 0 or not written.is_file():
-            return Run(f"OPT's {model}", [images["val"]],
+            return Run(f"OPT's {model}", [data["val"]],
                        error=f"OPT's optimizer failed (rc={result.returncode}):\n{result.stderr[-3000:]}")
-        return Run(f"OPT's {model}", [images["val"]], written)
+        return Run(f"OPT's {model}", [data["val"]], written)
 
     runs = {model: future.result() for model, future in
             [(m, _BACKGROUND.submit(optimize, m)) for m in models]}
@@ -379,16 +412,21 @@ def test_refrun_on_opt_ir(model, opt_quantized, record_property, tmp_path):
     """`npuopt-run` (its entry point's module) on the IR OPT wrote gives OptForward's integers."""
     run = opt_quantized[model]
     assert not run.error, f"{run.label}: {run.error}"
+    opt = run.opt.result()
+    assert not opt.errors, "\n".join(opt.errors)
+    check_refrun(run, opt.outputs, tmp_path)
+
+
+def check_refrun(run: Run, want: List[np.ndarray], tmp_path: Path, exact: bool = False) -> None:
+    """`npuopt-run` (its entry point's module) on the run's IR gives `want` on every output
+    (integers equal when `exact`, else within 1 LSB as against OPT)."""
     out = tmp_path / "refrun.npz"
     command = [sys.executable, "-m", "npuopt_run.cli", str(run.txt),
                "--input", str(run.inputs[0]), "-o", str(out)]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"npuopt-run failed:\n{result.stderr[-3000:]}"
-    opt = run.opt.result()
-    assert not opt.errors, "\n".join(opt.errors)
     from npuopt.ir import read_graph
     names = [t.name for t in read_graph(str(run.txt), str(run.bin)).output_tensors]
     with np.load(out) as refrun:
-        share, problems = compare_outputs(names, [refrun[name] for name in names], opt.outputs)
-    record_property("identical_share", share)
+        share, problems = compare_outputs(names, [refrun[name] for name in names], want, exact)
     assert not problems, f"npuopt-run on {run.txt}:\n" + "\n".join(problems)
