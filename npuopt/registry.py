@@ -19,26 +19,29 @@ class OpType:
         return sorted(v for k, v in vars(cls).items() if not k.startswith("_") and isinstance(v, str))
 
 
-# every layer type of the tool chain (the parser's and the Compass Optimizer's)
+# every layer type of the tool chain: what its parser writes and its Compass Optimizer registers
 _BUILTIN_OPTYPES = """
-Abs AccidentalHits Acos Acosh Activation Add ArgMinMax Asin Asinh Atan BNLL BasicLSTM
-BatchNorm BatchToDepth BatchToSpace BiasAdd BitShift BoundingBox CELU CRELU
-CTCBeamDecoder CTCGreedyDecoder CacheUpdate Cast Ceil ChannelShuffle Clip Compress
-Concat Constant ConvInteger ConvTranspose ConvTranspose3D Convolution Convolution3D
-Cosh Cosine Count Crop CropAndResize DataStride DeQuantize DecodeBox DepthToSpace
-DepthwiseConv DetectionOutput Div DivMod ELU Eltwise Erf Exp FakeQuantWithMinMaxVars
-Filter Floor FractionalPool FullyConnected GELU GRUv1 GRUv3 Gather GatherElements
-GatherND Gemm GenerateProposals GlobalPool GridSample GroupNorm HardSigmoid Hardmax
-Hardswish InTopK Input InstanceNorm Interp LRN LayerNorm LeakyRELU Log LogSoftmax
-Logical Logit MISH MVN MatMul MatMulInteger MaxPoolingWithArgMax MaxRoiPool MaxUnpool
-Meshgrid Mod Moments Mul NMS Negative NonZero Normalization OneHot OverlapAdd PRELU Pad
-Permute Pooling Pooling3D PostNMS1 PostNMS2 Pow Proposal PyramidROIAlign Quantize
-QueryRebatch RELU RELU6 RMSNorm RNN ROIPooling Reciprocal Reduce Region RegionFuse
-Repeat Reshape Resize ReverseSequence RgbToYuv RoiAlign Round Rsqrt SELU SHRINK
-ScatterElements ScatterND SegmentReduce Sigmoid Sign Silu Sine Sinh Slice SlotUpdate
-Softmax Softplus Softsign Sort SpaceToBatch SpaceToDepth Split Sqrt Square
-SquaredDifference Squeeze StridedSlice Sub Swish THRESHOLDEDRELU Tan Tanh Tile TopK
-Transpose UpsampleByIndex Where YuvToRgb ZeroFraction
+Abs AccidentalHits Acos Acosh Activation AdaptivePool Add AffineGrid ArgMinMax Asin
+Asinh Atan Atanh BNLL BasicLSTM BatchNorm BatchToDepth BatchToSpace BatchToSpaceND
+BiasAdd BitShift Bitwise BoundingBox CELU CRELU CTCBeamDecoder CTCGreedyDecoder
+CacheUpdate Cast Ceil ChannelShuffle Clip Col2Im Compress Concat Constant
+ConstantOfShape ConvInteger ConvTranspose ConvTranspose3D Convolution Convolution3D
+Cosh Cosine Count Crop CropAndResize Cumulate DataStride DeQuantize DecodeBox
+DepthToSpace DepthwiseConv DetectionOutput Dilation Div DivMod Dummy ELU Eltwise
+EmbeddingLookupSparse Erf Erosion Exp FakeQuantWithMinMaxVars Filter FilterBoxes Floor
+FractionalPool FullyConnected GELU GRUv1 GRUv3 Gather GatherElements GatherND Gemm
+GenerateProposals GlobalPool GridSample GroupNorm HardSigmoid Hardmax Hardswish If
+InTopK Input InstanceNorm Interp IsInf IsNaN LRN LayerNorm LeakyRELU Log LogSoftmax
+Logical Logit Loop MISH MVN MatMul MatMulInteger MaxPoolingWithArgMax MaxRoiPool
+MaxUnpool Meshgrid Mod Moments Mul NMS Negative NonZero Normalization NormalizedMoments
+OneHot OverlapAdd PRELU Pad Permute Pooling Pooling3D PostNMS1 PostNMS2 Pow Preprocess
+Proposal PyramidROIAlign Quantize QueryRebatch RELU RELU6 RMSNorm RNN ROIPooling
+Reciprocal Reduce RefineDetDetection Region RegionFuse Repeat Reshape Resize
+ReverseSequence RgbToYuv RoiAlign RotaryEmbedding Round Rsqrt SELU SHRINK
+ScatterElements ScatterND SegmentReduce Shape Sigmoid Sign Silu Sine Sinh Slice
+SlotUpdate Softmax Softplus Softsign Sort SpaceToBatch SpaceToDepth Split Sqrt Square
+SquaredDifference Squeeze StridedSlice Sub SufficientStatistics Swish THRESHOLDEDRELU
+Tan Tanh Tile TopK Transpose Trunc Unique UpsampleByIndex Where YuvToRgb ZeroFraction
 """.split()
 
 

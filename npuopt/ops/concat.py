@@ -14,6 +14,7 @@ from ..quant import tensors as QT
 from ..quant.fields import BranchRescales, Rescale
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
+from ._movement import axis_of
 
 
 def batch_broadcast(parts, axis: int):
@@ -27,7 +28,7 @@ def batch_broadcast(parts, axis: int):
 
 @op_register(OpType.Concat, "1.0")
 def concat_forward(self, *args):
-    axis = int(self.get_param("axis"))
+    axis = axis_of(self, self.inputs[0].betensor.dim())
     if self.quantized:
         out_t = self.outputs[0]
         branches = BranchRescales.read(self, len(self.inputs))
