@@ -176,10 +176,11 @@ class Runner:
     def _check(self, layer: Layer, info: TensorInfo, out: np.ndarray, batch: int) -> np.ndarray:
         """The runner's own consistency check: IR shape (batch scaled) and dtype range."""
         ir_batch = self.infos[self.model.inputs[0]].shape[0] if self.model.inputs else 1
-        want = list(info.shape)
-        if want and ir_batch and layer.type != "Constant":  # constants keep their batch of 1
-            want[0] = want[0] * batch // ir_batch
-        if list(out.shape) != want:
+        want = [int(d) for d in info.shape]
+        differ = [a for a in range(len(want)) if out.ndim == len(want) and out.shape[a] != want[a]]
+        # the batch scales one axis (0, or where Transpose/Reshape put it); constants keep batch 1
+        batch_axis_ok = len(differ) == 1 and ir_batch and out.shape[differ[0]] * ir_batch == want[differ[0]] * batch
+        if out.ndim != len(want) or (differ and not batch_axis_ok):
             raise layer.error(f"computed shape {list(out.shape)} for '{info.name}', the IR says {list(info.shape)}")
         if info.is_int:
             if out.dtype != np.int64:

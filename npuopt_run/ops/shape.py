@@ -7,12 +7,21 @@ from .stage import int_value, same_quantization, shifted, stored_ints, top_bound
 
 
 def reshape(layer, xs, infos):
-    """To the IR's `shape`, its leading (batch) axis scaled to the batch being run."""
+    """To the top shape. When the input runs with one axis k times its IR size (the
+    batch, wherever it went), the first output axis whose preceding axes hold as many
+    elements as the input's before that axis is made k times larger."""
     x = xs[0]
-    shape = list(layer.param("shape", list(layer.top_shapes[0])))
-    ir_batch = infos[0].shape[0] if infos[0].shape else 1
-    if shape and ir_batch and x.shape[0] != ir_batch and shape[0] % ir_batch == 0:
-        shape[0] = shape[0] // ir_batch * x.shape[0]
+    ir_in = [int(d) for d in infos[0].shape]
+    shape = [int(d) for d in layer.top_shapes[0]] or list(layer.param("shape"))
+    if list(x.shape) == ir_in or x.ndim != len(ir_in):
+        return [x.reshape(shape)]
+    grown = [a for a in range(x.ndim) if x.shape[a] != ir_in[a]]
+    before = int(np.prod(ir_in[:grown[0]])) if grown else 1
+    prefixes = [int(np.prod(shape[:j])) for j in range(len(shape))]
+    if len(grown) != 1 or ir_in[grown[0]] == 0 or x.shape[grown[0]] % ir_in[grown[0]] or before not in prefixes:
+        raise layer.error(f"input of shape {list(x.shape)} for the IR's {ir_in}: only one axis (the batch) may "
+                          f"differ, by a whole factor, where the output can carry it", "shape")
+    shape[prefixes.index(before)] *= x.shape[grown[0]] // ir_in[grown[0]]
     return [x.reshape(shape)]
 
 
