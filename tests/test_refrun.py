@@ -457,9 +457,6 @@ def test_reads_an_ir_written_by_the_tool_chain(tmp_path):
     assert status == 0 and out["dw"].ravel().tolist() == [3, -7]
 
 
-TOOL_CHAIN_SOFTMAX = dict(conv_layer(type="Softmax", ranges=[[0, 255]], types=["uint8"], zps=[0]), consts={})
-
-
 @pytest.mark.parametrize("layer, words", [
     (conv_layer(with_activation="SIGMOID"), ["layer 'conv'", "SIGMOID"]),
     (conv_layer(with_activation="CLIP"), ["layer 'conv'", "clip_min"]),
@@ -478,12 +475,14 @@ TOOL_CHAIN_SOFTMAX = dict(conv_layer(type="Softmax", ranges=[[0, 255]], types=["
     (conv_layer(type="Activation", method="SIGMOID", consts={"lut": ("int8", np.zeros(100))}), ["layer 'conv'", "lut"]),
     (conv_layer(type="Activation", method="ELU"), ["layer 'conv'", "ELU", "lut"]),
     (conv_layer(type="Split", splits=[2]), ["layer 'conv'", "does not rescale"]),
-    (TOOL_CHAIN_SOFTMAX, ["layer 'conv'", "Softmax", "not ported"]),
-    # npuopt's former Reduce/Resize/Softmax/LayerNorm (no layer_top_range) still run their former checks
-    (conv_layer(type="Softmax"), ["layer 'conv'", "unsigned"]),
-    (conv_layer(type="LayerNorm", axis=[3]), ["layer 'conv'", "norm_shift"]),
-    (conv_layer(type="LayerNorm", axis=[1], norm_shift=0, variance_bias=0, norm_bits=8), ["layer 'conv'", "last axes"]),
+    (conv_layer(type="Softmax", axis=4), ["layer 'conv'", "axis"]),
+    (conv_layer(type="Softmax", adjust_q=4), ["layer 'conv'", "adjust_q"]),
+    (conv_layer(type="LayerNorm", axis=[7]), ["layer 'conv'", "axis"]),
+    (conv_layer(type="LayerNorm", axis=[2]), ["layer 'conv'", "norm_scale_value"]),
+    (conv_layer(type="Reduce", method="MEDIAN", axis=[1]), ["layer 'conv'", "MEDIAN"]),
+    (conv_layer(type="Reduce", method="SUM", axis=[1, -3]), ["layer 'conv'", "twice"]),
     (conv_layer(type="Resize", method="CUBIC", zps=[1]), ["layer 'conv'", "CUBIC"]),
+    (conv_layer(type="Resize", method="BILINEAR", interp_shift_value=31, zps=[1]), ["layer 'conv'", "interp_shift"]),
 ])
 def test_unsupported_or_broken_quantized_layer(capsys, tmp_path, layer, words):
     txt = write_qir(tmp_path, [int8_input("x", [1, 1, 2, 1], zp=1), layer], ["x"], ["conv"])
@@ -492,14 +491,126 @@ def test_unsupported_or_broken_quantized_layer(capsys, tmp_path, layer, words):
                           str(tmp_path / "o.npz")], *words)
 
 
-def test_resize_nearest_by_hand(tmp_path):
-    """npuopt's former integer Resize (no layer_top_range): NEAREST half_pixel 2 -> 5:
-    source floor((2d + 1) * 2 / 10) = 0, 0, 1, 1, 1."""
+@pytest.mark.parametrize("nearest_mode, want", [("ROUND_PREFER_FLOOR", [-2, -2, -2, 5, 5]),
+                                                ("ROUND_PREFER_CEIL", [-2, -2, 5, 5, 5])])
+def test_resize_nearest_by_hand(tmp_path, nearest_mode, want):
+    """NEAREST HALF_PIXEL 2 -> 5: c = (i + 0.5) * 2 / 5 - 0.5 = -0.3, 0.1, 0.5, 0.9, 1.3; the
+    tie 0.5 goes down (ROUND_PREFER_FLOOR) or up; q = -3 clamps to layer_top_range's -2."""
     layer = dict(name="rs", type="Resize", bottoms=["x"], tops=["rs"], shapes=[[1, 1, 5, 1]], types=["int8"],
-                 scales=[1.0], zps=[1], params=dict(method="NEAREST", mode="half_pixel"))
+                 ranges=[[-2, 127]], scales=[1.0], zps=[1],
+                 params=dict(method="NEAREST", mode="HALF_PIXEL", nearest_mode=nearest_mode))
     txt = write_qir(tmp_path, [int8_input("x", [1, 1, 2, 1], zp=1), layer], ["x"], ["rs"])
     status, out = run_qir(tmp_path, txt, X_Q)
-    assert status == 0 and out["rs"].ravel().tolist() == [-3, -3, 5, 5, 5]
+    assert status == 0 and out["rs"].ravel().tolist() == want
+
+
+def test_resize_bilinear_by_hand(tmp_path):
+    """BILINEAR ASYMMETRIC 2 -> 4 with 2-bit weights: c = 0, 0.5, 1, 1.5; weights x 4 on
+    (q0, q1) = (4, 0), (2, 2), (4, 0) and for c = 1.5 (both taps clamped to pixel 1) (2, 2):
+    on q = [-3, 4]: [-12, 2, 16, 16] / 4 = [-3, 0 (0.5 to even), 4, 4]."""
+    layer = dict(name="rs", type="Resize", bottoms=["x"], tops=["rs"], shapes=[[1, 1, 4, 1]], types=["int8"],
+                 ranges=[[-128, 127]], scales=[1.0], zps=[0],
+                 params=dict(method="BILINEAR", mode="ASYMMETRIC", interp_shift_value=2))
+    txt = write_qir(tmp_path, [int8_input("x", [1, 1, 2, 1]), layer], ["x"], ["rs"])
+    status, out = run_qir(tmp_path, txt, np.array([-3, 4], np.int8).reshape(1, 1, 2, 1))
+    assert status == 0 and out["rs"].ravel().tolist() == [-3, 0, 4, 4]
+
+
+def _fp24(v):
+    return (np.asarray(v, np.float32).view(np.int32) & np.int32(-256)).view(np.float32)
+
+
+SOFTMAX_FORMS = {
+    # the tool chain's X3 float form
+    "perf_mode": dict(params=dict(is_perf_mode="true", quantize_method="LUT", scale_value=1, shift_value=0),
+                      consts={"float_lut": ("float32", _fp24(2.0 ** np.linspace(0.0, 1.0, 513)))}),
+    # FAST_EXP with adjust_q 0 and 1 (npuopt writes 15)
+    "fast_exp_0": dict(params=dict(adjust_q=0, input_scale_value=185, input_shift_value=8, pow2_out_q=28,
+                                   quantize_method="FAST_EXP")),
+    "fast_exp_1": dict(params=dict(adjust_q=1, input_scale_value=185, input_shift_value=8, pow2_out_q=28,
+                                   quantize_method="FAST_EXP")),
+    "fast_exp_9": dict(params=dict(adjust_q=9, input_scale_value=5919, input_shift_value=13, pow2_out_q=28,
+                                   quantize_method="FAST_EXP")),
+}
+
+
+@pytest.mark.parametrize("form", sorted(SOFTMAX_FORMS))
+def test_softmax_forms_npuopt_does_not_write(tmp_path, form):
+    """Softmax forms only the tool chain writes, on a hand-written IR (input scale 8, uint8 top
+    of scale 255): npuopt-run and npuopt's forward give the same integers."""
+    import npuopt.ops  # noqa: F401  (registers the forwards)
+    from npuopt.ir import read_graph
+
+    spec = SOFTMAX_FORMS[form]
+    shape = [1, 4, 6, 9]
+    layer = dict(name="sm", type="Softmax", bottoms=["x"], tops=["sm"], shapes=[shape], types=["uint8"],
+                 ranges=[[0, 255]], scales=[255.0], zps=[0], consts=spec.get("consts", {}),
+                 params=dict(axis=3, **spec["params"]))
+    txt = write_qir(tmp_path, [dict(int8_input("x", shape, scale=8.0), ranges=[[-128, 127]]), layer], ["x"], ["sm"])
+    x = np.random.default_rng(3).integers(-128, 128, size=[2] + shape[1:]).astype(np.int8)
+    x[0, 0, 0] = 7  # a row of equal values
+    status, out = run_qir(tmp_path, txt, x)
+    assert status == 0
+    graph = read_graph(txt)
+    graph.forward([torch.from_numpy(x.astype(np.float32) / 8.0)], keep_tensors=True)
+    want = graph.tensor("sm").betensor.numpy().astype(np.int64)
+    np.testing.assert_array_equal(out["sm"].astype(np.int64), want)
+    assert len(np.unique(want)) > 8  # the rows spread over the output range
+
+
+FLOAT_RESIZES = [  # method, mode, nearest_mode, top shape, ratio
+    ("NEAREST", "HALF_PIXEL", "ROUND_PREFER_FLOOR", [1, 7, 6, 4], None),
+    ("NEAREST", "ASYMMETRIC", "FLOOR", [1, 3, 9, 4], None),
+    ("NEAREST", "ASYMMETRIC", "ROUND_PREFER_FLOOR", [1, 10, 10, 4], 2.0),
+    ("NEAREST", "ALIGN_CORNERS", "ROUND_PREFER_CEIL", [1, 7, 3, 4], None),
+    ("NEAREST", "TF_HALF_PIXEL_FOR_NN", "CEIL", [1, 8, 4, 4], 1.6),
+    ("NEAREST", "PYTORCH_HALF_PIXEL", "SIMPLE", [1, 1, 7, 4], None),
+    ("NEAREST", "HALF_PIXEL", "SIMPLE", [1, 3, 2, 4], None),
+    ("NEAREST", "HALF_PIXEL_SYMMETRIC", "ROUND_PREFER_FLOOR", [1, 7, 7, 4], 1.5),
+    ("BILINEAR", "HALF_PIXEL", None, [1, 7, 9, 4], None),
+    ("BILINEAR", "HALF_PIXEL", None, [1, 10, 10, 4], 2.0),
+    ("BILINEAR", "ALIGN_CORNERS", None, [1, 9, 3, 4], None),
+    ("BILINEAR", "ASYMMETRIC", None, [1, 3, 7, 4], 1.4),
+    ("BILINEAR", "PYTORCH_HALF_PIXEL", None, [1, 1, 8, 4], None),
+    ("BILINEAR", "TF_HALF_PIXEL_FOR_NN", None, [1, 4, 4, 4], None),
+    ("BILINEAR", "HALF_PIXEL_SYMMETRIC", None, [1, 7, 7, 4], 1.5),
+]
+FLOAT_REDUCES = [("MEAN", [1, 2]), ("SUM", [2]), ("MAX", [3]), ("MIN", [1]), ("PROD", [3, 1]), ("L1", [1, 2]),
+                 ("L2", [2]), ("VARIANCE", [1, 2]), ("UNBIASED_VARIANCE", [3]), ("ANY", [2]), ("ALL", [1])]
+
+
+def test_float_resize_and_reduce_run_like_npuopt(tmp_path):
+    """A float IR of every Resize mode/nearest_mode (with ratios for some) and every Reduce
+    method: npuopt-run's float forward gives npuopt's to float rounding."""
+    import npuopt.ops  # noqa: F401  (registers the forwards)
+    from npuopt.ir import read_graph
+
+    shape = [1, 5, 5, 4]
+    layers = [dict(name="x", type="Input", tops=["x"], shapes=[shape], types=["float32"])]
+    for i, (method, mode, nearest_mode, top, ratio) in enumerate(FLOAT_RESIZES):
+        params = dict(method=method, mode=mode)
+        if nearest_mode:
+            params["nearest_mode"] = nearest_mode
+        if ratio:
+            params.update(ratio_x=ratio, ratio_y=ratio)
+        layers.append(dict(name=f"rs{i}", type="Resize", bottoms=["x"], tops=[f"rs{i}"], shapes=[top],
+                           types=["float32"], params=params))
+    for method, axes in FLOAT_REDUCES:
+        top = [1 if d in axes else n for d, n in enumerate(shape)]
+        layers.append(dict(name=method.lower(), type="Reduce", bottoms=["x"], tops=[method.lower()], shapes=[top],
+                           types=["float32"], params=dict(method=method, axis=axes)))
+    tops = [t for layer in layers[1:] for t in layer["tops"]]
+    txt = write_qir(tmp_path, layers, ["x"], tops)
+    x = np.random.default_rng(5).uniform(-1.5, 1.5, [3] + shape[1:]).astype(np.float32)
+    x[0, 1, 1] = 0.0
+    np.save(tmp_path / "x.npy", x)
+    assert run_cli([txt, "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "out.npz")]) == 0
+    got = np.load(tmp_path / "out.npz")
+    graph = read_graph(txt)
+    graph.forward([torch.from_numpy(x)], keep_tensors=True)
+    for t in tops:
+        want = graph.tensor(t).betensor.numpy()
+        np.testing.assert_allclose(got[t], want, rtol=1e-5, atol=1e-6, err_msg=t)
 
 
 def test_float_and_integer_meet_only_at_boundaries(capsys, tmp_path):
@@ -527,20 +638,9 @@ def _compare_module():
     return module
 
 
-def _not_ported(case):
-    """The layer types of the case's IR whose integer forward npuopt-run has not ported yet."""
-    from npuopt_run.ops.former import NOT_PORTED
-
-    model = read_model(os.path.join(OP_TESTS, case, case + ".txt"))
-    return sorted({layer.type for layer in model.layers} & set(NOT_PORTED))
-
-
 @pytest.mark.parametrize("case", OP_CASES)
 def test_op(case):
     """op_tests/CASE/run.sh in this process: quantize, npuopt-run, every tensor equal."""
-    not_ported = _not_ported(case)
-    if not_ported:
-        pytest.skip(f"npuopt-run has not ported {', '.join(not_ported)} to the tool chain's format yet")
     passed, line = _compare_module().run_case(os.path.join(OP_TESTS, case))
     assert passed, line
 
@@ -587,13 +687,6 @@ def test_model_matches_npuopt_on_16_images(tmp_path_factory, model):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     cfg = module.prepare(model, str(tmp_path_factory.mktemp(model)), calib_images=32)
-    from npuopt_run.ops.former import NOT_PORTED
-
-    quantized = read_model(module.quantized_ir(cfg))
-    not_ported = sorted({layer.type for layer in quantized.layers
-                         if layer.type in NOT_PORTED and layer.top_ranges is not None and layer.top_types[0].is_int})
-    if not_ported:
-        pytest.skip(f"npuopt-run has not ported {', '.join(not_ported)} to the tool chain's format yet")
     result = module.compare_model(cfg, images=16, all_tensors=True)
     assert result["images"] == 16
     assert result["differ"] == {}, result

@@ -1,5 +1,4 @@
-"""Eltwise and BatchNorm; the float forwards of Softmax and LayerNorm (their integer
-forwards are npuopt's former ones, ops/former.py)."""
+"""Eltwise and BatchNorm."""
 import numpy as np
 
 from ..intmath import absmax, check_range, requantize
@@ -79,33 +78,5 @@ def batchnorm_int(layer, xs, infos):
     return [np.moveaxis(y, -1, axis)]
 
 
-def softmax_float(layer, xs, infos):
-    x = xs[0].astype(np.float64)
-    axis = int(layer.param("axis", -1))
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return [(e / e.sum(axis=axis, keepdims=True)).astype(np.float32)]
-
-
-def normalized_axes(layer, ndim: int):
-    """The first normalized axis (LayerNorm normalizes the last axes only)."""
-    axes = layer.param("axis")
-    axes = tuple(sorted(a % ndim for a in ([axes] if isinstance(axes, int) else axes)))
-    if not axes or axes != tuple(range(ndim - len(axes), ndim)):
-        raise layer.error(f"LayerNorm normalizes the last axes only, got axis {list(axes)}", "axis")
-    return axes[0]
-
-
-def layernorm_float(layer, xs, infos):
-    x = xs[0].astype(np.float64)
-    first = normalized_axes(layer, x.ndim)
-    shape, axes = x.shape[first:], tuple(range(first, x.ndim))
-    mean = x.mean(axis=axes, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-    y = (x - mean) / np.sqrt(var + float(layer.param("epsilon", 1e-5)))
-    y = y * layer.const("weights").reshape(shape) + layer.const("biases").reshape(shape)
-    return [y.astype(np.float32)]
-
-
-FLOAT = {"Eltwise": eltwise_float, "BatchNorm": batchnorm_float, "Softmax": softmax_float,
-         "LayerNorm": layernorm_float}
+FLOAT = {"Eltwise": eltwise_float, "BatchNorm": batchnorm_float}
 INT = {"Eltwise": eltwise_int, "BatchNorm": batchnorm_int}

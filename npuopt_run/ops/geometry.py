@@ -14,12 +14,12 @@ def window_params(layer):
 
 def out_size(size, kernel, stride, dilation, before, after, ceil_mode=False) -> int:
     """Output length along one axis. In ceil mode the last window must start inside the
-    padded input (the tool chain pads explicitly, then pools the padded input in ceil mode)."""
+    input or its leading pad (PyTorch's and ONNX's rule, which the parser's shapes follow)."""
     span = size + before + after - dilation * (kernel - 1) - 1
     if span < 0:
         return 0
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
-    if ceil_mode and (out - 1) * stride >= size + before + after:
+    if ceil_mode and (out - 1) * stride >= size + before:
         out -= 1
     return out
 
