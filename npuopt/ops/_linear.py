@@ -6,13 +6,28 @@ Quantized form (the tool chain's): weights q_w (with `weights_zp` when
 asymmetric), biases int32 with the input zero point folded in
 (b_q + zp_x * sum(q_w + zp_w)), the rescale s_y / (s_x * s_w) as multiplier and
 shift (per channel: `scale`/`shift` constants with one common shift), then the
-fused activation of ops/activation.py."""
+fused activation of ops/activation.py.
+
+The tool chain fuses only NONE, RELU, RELU6, CLIP, LEAKYRELU and PRELU into these
+layers: any other `with_activation` (SIGMOID, SELU, GELU, ...) stops its float
+forward and its quantize alike, so such a layer is an IRError here too (the
+activation belongs in an Activation layer of its own)."""
 import torch
 
+from ..errors import IRError
 from ..quant import tensors as QT
 from ..quant.fields import Rescale
 from ..quant.settings import settings_of
-from .activation import fused_forward, quantize_fused
+from .activation import FUSABLE, fused_forward, method_of, quantize_fused
+
+
+def check_fused(node) -> str:
+    """The layer's with_activation, refused unless the tool chain can fuse it."""
+    method = method_of(node, "with_activation")
+    if method not in FUSABLE:
+        raise IRError(f"layer '{node.name}' ({node.type}): with_activation '{method}' cannot be fused into this "
+                      f"layer (the tool chain fuses {', '.join(FUSABLE)}; use a separate Activation layer)")
+    return method
 
 
 def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) -> None:

@@ -7,47 +7,27 @@ with -zp_x (the biases hold zp_x * sum(q_w + zp_w), so padding counts as real
 zero), then ops/_linear.py's output stage. Grouped layers get one weight scale
 per group; DepthwiseConv stores its rescale as per-channel constants."""
 import torch
-import torch.nn.functional as F
 
 from ..errors import IRError
 from ..quant import qmath
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
-from ._layout import nchw_to_nhwc, nhwc_to_nchw, pad_nchw, window_params
+from ._conv import conv_float, geometry
+from ._layout import nchw_to_nhwc, nhwc_to_nchw, optional_constant, pad_nchw
 from ._linear import linear_output, quantize_linear
 from .activation import apply_fused_activation
 
 
-def conv_params(node, x: torch.Tensor, weights: torch.Tensor):
-    """Window params, checked against each other, the input and the weights."""
-    p = window_params(node)
-    group = node.get_param("group", 1)
-    for key, v in (("group", group),) + tuple(zip(("kernel_y", "kernel_x"), p["kernel"])) + \
-            tuple(zip(("stride_y", "stride_x"), p["stride"])) + tuple(zip(("dilation_y", "dilation_x"), p["dilation"])):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise IRError(f"layer '{node.name}' ({node.type}): {key}={v} must be a positive integer")
-    if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in p["pads"]):
-        raise IRError(f"layer '{node.name}' ({node.type}): pads {list(p['pads'])} must be non-negative integers")
-    cin = x.shape[-1]
-    if cin % group or weights.shape[0] % group:
-        raise IRError(f"layer '{node.name}' ({node.type}): group={group} does not divide the {cin} input "
-                      f"channels and the {weights.shape[0]} output channels")
-    if weights.dim() != 4 or tuple(weights.shape[1:3]) != tuple(p["kernel"]) or weights.shape[3] * group != cin:
-        raise IRError(f"layer '{node.name}' ({node.type}): weights {list(weights.shape)} do not fit kernel "
-                      f"{list(p['kernel'])}, group {group} and {cin} input channels")
-    num_output = node.get_param("num_output", weights.shape[0])
-    if num_output != weights.shape[0]:
-        raise IRError(f"layer '{node.name}' ({node.type}): num_output={num_output} but the weights have "
-                      f"{weights.shape[0]} output channels")
-    return p, group
-
-
-def conv2d_nhwc(node, x, weights, biases):
-    """2-D convolution of an NHWC float tensor with IR-layout weights."""
-    p, group = conv_params(node, x, weights)
-    xin = pad_nchw(nhwc_to_nchw(x), p["pads"])
-    out = F.conv2d(xin, weights.permute(0, 3, 1, 2), biases, p["stride"], 0, p["dilation"], group)
-    return nchw_to_nhwc(out)
+def conv_params(node, x: torch.Tensor, weights: torch.Tensor, biases: torch.Tensor = None):
+    """The checked window params (ops/_conv.py), and DepthwiseConv's `multiplier`
+    (when given) against the weights."""
+    w = geometry(node, x, weights, 2, biases=biases)
+    if node.type == OpType.DepthwiseConv and "multiplier" in node.params:
+        m = node.params["multiplier"]
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1 or m * w.group != weights.shape[0]:
+            raise IRError(f"layer '{node.name}' ({node.type}): multiplier={m!r} does not fit group {w.group} and "
+                          f"the weights' {weights.shape[0]} output channels (multiplier * group)")
+    return w
 
 
 def conv_plan(node, x_t):
@@ -64,9 +44,10 @@ def conv_plan(node, x_t):
 
 def convolution_quantized(node):
     x_t = node.inputs[0]
-    p, group = conv_params(node, x_t.betensor, node.get_constant("weights").betensor)
-    xin = pad_nchw(nhwc_to_nchw(x_t.betensor.to(torch.float32)), p["pads"], value=-float(x_t.zerop))
-    acc = qmath.exact_conv2d(xin, QT.int_absmax(x_t), p["stride"], p["dilation"], group, conv_plan(node, x_t))
+    w = conv_params(node, x_t.betensor, node.get_constant("weights").betensor, optional_constant(node, "biases"))
+    pads = w.pads[0] + w.pads[1]
+    xin = pad_nchw(nhwc_to_nchw(x_t.betensor.to(torch.float32)), pads, value=-float(x_t.zerop))
+    acc = qmath.exact_conv2d(xin, QT.int_absmax(x_t), w.stride, w.dilation, w.group, conv_plan(node, x_t))
     return linear_output(node, nchw_to_nhwc(acc))
 
 
@@ -75,9 +56,10 @@ def convolution_quantized(node):
 def convolution_forward(self, *args):
     if self.quantized:
         return convolution_quantized(self)
-    biases = self.constants["biases"].betensor if "biases" in self.constants else None
-    out = conv2d_nhwc(self, self.inputs[0].betensor, self.get_constant("weights").betensor, biases)
-    out = apply_fused_activation(self, out)
+    x, weights, biases = self.inputs[0].betensor, self.get_constant("weights").betensor, \
+        optional_constant(self, "biases")
+    w = conv_params(self, x, weights, biases)
+    out = apply_fused_activation(self, conv_float(x, weights, biases, w, 2))
     self.outputs[0].betensor = out
     return out
 

@@ -11,11 +11,12 @@ from ..quant import qmath
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._layout import optional_constant
-from ._linear import linear_output, quantize_linear
+from ._linear import check_fused, linear_output, quantize_linear
 from .activation import apply_fused_activation
 
 
 def _check_features(node, x, weights):
+    check_fused(node)
     if weights.dim() != 2 or x.shape[-1] != weights.shape[1]:
         raise IRError(f"layer '{node.name}' ({node.type}): input has {x.shape[-1]} features on its last axis, "
                       f"weights {list(weights.shape)} expect [num_output, {x.shape[-1]}]")
@@ -23,6 +24,10 @@ def _check_features(node, x, weights):
     if num_output != weights.shape[0]:
         raise IRError(f"layer '{node.name}' ({node.type}): num_output={num_output} but the weights have "
                       f"{weights.shape[0]} rows")
+    biases = optional_constant(node, "biases")
+    if biases is not None and biases.numel() != weights.shape[0]:
+        raise IRError(f"layer '{node.name}' ({node.type}): biases have {biases.numel()} values for "
+                      f"{weights.shape[0]} output features")
 
 
 def _integer_weights(node, absmax: int):

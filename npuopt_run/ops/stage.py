@@ -107,8 +107,8 @@ def method_of(layer, key: str) -> str:
 def fused_method(layer) -> str:
     method = method_of(layer, "with_activation")
     if method not in FUSABLE:
-        raise layer.error(f"unsupported with_activation '{method}' in an integer layer "
-                          f"(the tool chain fuses {', '.join(FUSABLE)})", "with_activation")
+        raise layer.error(f"unsupported with_activation '{method}' (the tool chain fuses "
+                          f"{', '.join(FUSABLE)}, in float and in integers)", "with_activation")
     return method
 
 

@@ -1,0 +1,191 @@
+"""What the convolution layers share (Convolution, DepthwiseConv, ConvTranspose,
+Convolution3D, ConvTranspose3D): their window params as the parser names them,
+checked into one-line IRErrors before any torch call; their weight layouts; the
+float forwards of direct and transposed convolutions in 2-D and 3-D; and the
+quantize of the transposed ones.
+
+Layouts (channels last; weights as the parser writes them):
+* Convolution/DepthwiseConv: x NHWC, weights [O, kh, kw, C/group]
+* Convolution3D: x NDHWC, weights [O, kh, kw, kd, C/group] (depth after width)
+* ConvTranspose: weights [O/group, kh, kw, C]
+* ConvTranspose3D: weights [O/group, kh, kw, kd, C]
+A transposed layer computes torch's conv_transpose with zero padding, then crops
+pad_begin/pad_end off each spatial axis (output_padding extends the end first)."""
+from dataclasses import dataclass
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import IRError
+from ..quant import qmath
+from ..quant import tensors as QT
+from ._linear import check_fused, linear_output, quantize_linear
+
+# per spatial rank: the axis letters (outermost first) and the pad param names of each axis
+AXES = {2: ("y", "x"), 3: ("z", "y", "x")}
+PAD_NAMES = {2: (("pad_top", "pad_bottom"), ("pad_left", "pad_right")),
+             3: (("pad_z_begin", "pad_z_end"), ("pad_y_begin", "pad_y_end"), ("pad_x_begin", "pad_x_end"))}
+# where the weights hold each spatial axis (in AXES order), after the output-channel axis
+WEIGHT_AXES = {2: (1, 2), 3: (3, 1, 2)}
+
+
+@dataclass
+class Window:
+    kernel: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    dilation: Tuple[int, ...]
+    pads: Tuple[Tuple[int, int], ...]          # (begin, end) per spatial axis
+    output_padding: Tuple[int, ...]
+    group: int
+
+    @property
+    def torch_pads(self):
+        """The pads in F.pad's order (last axis first)."""
+        return tuple(v for begin_end in reversed(self.pads) for v in begin_end)
+
+
+def _int_param(node, key, default, minimum):
+    v = node.get_param(key) if default is None else node.get_param(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        what = "a positive integer" if minimum > 0 else "a non-negative integer"
+        raise IRError(f"layer '{node.name}' ({node.type}): {key} must be {what}, got {v!r}")
+    return v
+
+
+def window(node, dims: int, transposed: bool = False) -> Window:
+    """The checked window params of a `dims`-D layer (kernel required, the rest defaulted)."""
+    axes = AXES[dims]
+    return Window(
+        kernel=tuple(_int_param(node, f"kernel_{a}", None, 1) for a in axes),
+        stride=tuple(_int_param(node, f"stride_{a}", 1, 1) for a in axes),
+        dilation=tuple(_int_param(node, f"dilation_{a}", 1, 1) for a in axes),
+        pads=tuple((_int_param(node, b, 0, 0), _int_param(node, e, 0, 0)) for b, e in PAD_NAMES[dims]),
+        output_padding=tuple(_int_param(node, f"output_padding_{a}", 0, 0) for a in axes) if transposed and dims == 2
+        else (0,) * dims,
+        group=_int_param(node, "group", 1, 1))
+
+
+def geometry(node, x: torch.Tensor, weights: torch.Tensor, dims: int, transposed: bool = False,
+             biases: torch.Tensor = None) -> Window:
+    """Window params checked against each other, the input, the weights and the biases;
+    also refuses a fused activation the tool chain cannot fuse."""
+    w = window(node, dims, transposed)
+    check_fused(node)
+    where = f"layer '{node.name}' ({node.type})"
+    if x.dim() != dims + 2:
+        raise IRError(f"{where}: input has {x.dim()} axes, expected {dims + 2} (channels last)")
+    cin, g = x.shape[-1], w.group
+    kernel_in_weights = tuple(weights.shape[1 + i] for i in range(dims)) if weights.dim() == dims + 2 else None
+    want_kernel = tuple(w.kernel[WEIGHT_AXES[dims].index(1 + i)] for i in range(dims))
+    out_channels = weights.shape[0] * (g if transposed else 1)
+    in_channels = weights.shape[-1] * (1 if transposed else g)
+    if cin % g or out_channels % g:
+        raise IRError(f"{where}: group={g} does not divide the {cin} input channels and the "
+                      f"{out_channels} output channels")
+    if kernel_in_weights != want_kernel or in_channels != cin:
+        layout = "[O/group, " if transposed else "[O, "
+        layout += ", ".join(f"k{a}" for a in ("y", "x", "z")[:dims]) + (", C]" if transposed else ", C/group]")
+        raise IRError(f"{where}: weights {list(weights.shape)} do not fit kernel {list(w.kernel)}, group {g} and "
+                      f"{cin} input channels (expected {layout})")
+    num_output = node.get_param("num_output", out_channels)
+    if num_output != out_channels:
+        raise IRError(f"{where}: num_output={num_output} but the weights give {out_channels} output channels")
+    if biases is not None and biases.numel() != out_channels:
+        raise IRError(f"{where}: biases have {biases.numel()} values for {out_channels} output channels")
+    if transposed and any(p >= max(s, d) for p, s, d in zip(w.output_padding, w.stride, w.dilation)):
+        raise IRError(f"{where}: output_padding {list(w.output_padding)} must be smaller than the stride "
+                      f"or the dilation of its axis")
+    return w
+
+
+# ---- layouts --------------------------------------------------------------------
+def channels_first(x: torch.Tensor) -> torch.Tensor:
+    return x.permute(0, x.dim() - 1, *range(1, x.dim() - 1))
+
+
+def channels_last(x: torch.Tensor) -> torch.Tensor:
+    return x.permute(0, *range(2, x.dim()), 1)
+
+
+def torch_weights(weights: torch.Tensor, dims: int, transposed: bool) -> torch.Tensor:
+    """IR weights in torch's layout: [O, C/g, *k] for a convolution, [C, O/g, *k] transposed."""
+    last = weights.dim() - 1
+    order = (last, 0) if transposed else (0, last)
+    return weights.permute(*order, *WEIGHT_AXES[dims])
+
+
+# ---- float forwards ---------------------------------------------------------------
+CONV = {2: F.conv2d, 3: F.conv3d}
+CONV_TRANSPOSE = {2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def conv_float(x: torch.Tensor, weights: torch.Tensor, biases, w: Window, dims: int, pad_value=0.0) -> torch.Tensor:
+    """Direct convolution of a channels-last x (explicit pads of `pad_value`)."""
+    xin = channels_first(x)
+    if any(v for v in w.torch_pads):
+        xin = F.pad(xin, w.torch_pads, value=pad_value)
+    out = CONV[dims](xin, torch_weights(weights, dims, False).to(xin.dtype), biases, w.stride, 0, w.dilation, w.group)
+    return channels_last(out)
+
+
+def conv_transpose_float(x: torch.Tensor, weights: torch.Tensor, biases, w: Window, dims: int) -> torch.Tensor:
+    """Transposed convolution of a channels-last x: the full result, cropped by the pads."""
+    out = CONV_TRANSPOSE[dims](channels_first(x), torch_weights(weights, dims, True).to(x.dtype), biases, w.stride,
+                               0, w.output_padding, w.group, w.dilation)
+    crop = tuple(slice(b, size - e) for (b, e), size in zip(w.pads, out.shape[2:]))
+    return channels_last(out[(slice(None), slice(None)) + crop])
+
+
+# ---- integer forwards -----------------------------------------------------------------
+def exact_bound(node, wi: torch.Tensor, x_absmax: int) -> None:
+    """Every partial sum below 2^53, so that float64 convolutions compute exact integers."""
+    if qmath.l1_bound(wi, x_absmax) >= qmath.EXACT_FLOAT64:
+        raise IRError(f"layer '{node.name}' ({node.type}): the accumulator could pass 2^53")
+
+
+def conv_quantized(node, dims: int) -> torch.Tensor:
+    """acc = sum over each window of (q_w + zp_w) * x', x' the input integers padded with
+    -zp_x (the biases hold zp_x * sum(q_w + zp_w)), in float64 (exact), then the output stage."""
+    x_t, c = node.inputs[0], node.get_constant("weights")
+    w = geometry(node, x_t.betensor, c.betensor, dims)
+    wi = QT.integer_weights(c)
+    exact_bound(node, wi, QT.int_absmax(x_t))
+    acc = conv_float(x_t.betensor.to(torch.float64), wi, None, w, dims, pad_value=-float(x_t.zerop))
+    return linear_output(node, acc)
+
+
+def conv_transpose_quantized(node, dims: int) -> torch.Tensor:
+    """acc = conv_transpose(q_x + zp_x, q_w + zp_w), cropped, minus zp_x times each weight
+    row's sum over all its taps and input channels (repeated for every group), then
+    linear_output adds the biases (+ biases_zp) and runs the output stage."""
+    x_t, c = node.inputs[0], node.get_constant("weights")
+    w = geometry(node, x_t.betensor, c.betensor, dims, transposed=True)
+    wi = QT.integer_weights(c)
+    exact_bound(node, wi, QT.shifted_absmax(x_t))
+    acc = conv_transpose_float(QT.shifted(x_t), wi, None, w, dims)
+    row_sums = wi.reshape(wi.shape[0], -1).sum(dim=1).repeat(w.group)
+    return linear_output(node, acc - float(x_t.zerop) * row_sums)
+
+
+# ---- quantize ---------------------------------------------------------------------
+def quantize_transposed(node) -> None:
+    """As the tool chain does: the weights [O/group, ...] repeated `group` times along the
+    first axis are quantized as a grouped layer of O output channels (one scale per group,
+    or per channel), the rescale and the biases (zp_x * row sums of the repeated weights
+    folded in) follow from them, then the weights and their scale/zp are cut back to O/group rows."""
+    QT.check_quantized_inputs(node)
+    c = node.get_constant("weights")
+    group = node.get_param("group", 1)
+    rows = c.betensor.shape[0]
+    if group > 1:
+        c.betensor = c.betensor.repeat(group, *([1] * (c.betensor.dim() - 1)))
+        c.ir_shape = tuple(c.betensor.shape)
+    quantize_linear(node, groups=group)
+    if group > 1:
+        c.betensor = c.betensor[:rows].contiguous()
+        c.ir_shape = tuple(c.betensor.shape)
+        if isinstance(c.scale, torch.Tensor):
+            c.scale = c.scale[:rows]
+        if isinstance(c.zerop, torch.Tensor):
+            c.zerop = c.zerop[:rows]
