@@ -1,8 +1,7 @@
 """Convolution family: float forwards of ConvTranspose, Convolution3D and
 ConvTranspose3D against PyTorch / a direct scatter reference, their quantized
 forms (weights cut back to O/group rows, dequantized outputs close to float), the
-one-line IRErrors of impossible params, and the refusal of fused activations the
-tool chain cannot fuse."""
+one-line IRErrors of impossible params, and fused activations of every method in float."""
 import numpy as np
 import pytest
 import torch
@@ -199,16 +198,24 @@ def test_conv3d_param_errors():
 
 # ---- fused activations the tool chain cannot fuse ------------------------------------------
 @pytest.mark.parametrize("method", ["SIGMOID", "SELU", "SILU", "HARDSWISH", "GELU", "TANH", "elu"])
-@pytest.mark.parametrize("optype", ["Convolution", "DepthwiseConv", "ConvTranspose", "FullyConnected"])
-def test_unfusable_activation_is_refused(optype, method):
+@pytest.mark.parametrize("optype", ["Convolution", "ConvTranspose", "FullyConnected"])
+def test_unfusable_activation_runs_in_float(optype, method):
+    """The float forward computes any fused method (the stage-1 pass split_activation
+    moves it into its own layer before quantization, tests/test_passes.py)."""
+    from npuopt.node import PyNode
+    from npuopt.ops.activation import FLOAT_ACTIVATIONS
+    torch.manual_seed(0)
     if optype == "FullyConnected":
-        def fn():
-            return run("FullyConnected", [torch.randn(2, 8)], dict(num_output=3, with_activation=method),
-                       {"weights": torch.randn(3, 8)})
+        x, w = torch.randn(2, 8), torch.randn(3, 8)
+        got = run("FullyConnected", [x], dict(num_output=3, with_activation=method), {"weights": w})
+        plain = run("FullyConnected", [x], dict(num_output=3), {"weights": w})
     else:
-        fn = conv2d_layer(optype, cin=4, cout=4, group=4 if optype == "DepthwiseConv" else 1, with_activation=method)
-    with pytest.raises(IRError, match=f"with_activation '{method.upper()}' cannot be fused"):
-        fn()
+        got = conv2d_layer(optype, with_activation=method)()
+        torch.manual_seed(0)
+        plain = conv2d_layer(optype)()
+    defaults = PyNode("act", "Activation")     # the method's default params
+    torch.testing.assert_close(got, FLOAT_ACTIVATIONS[method.upper()](defaults, plain))
+    assert not torch.equal(got, plain)
 
 
 @pytest.mark.parametrize("method", ["NONE", "relu", "RELU6", "CLIP", "LEAKYRELU"])

@@ -109,3 +109,23 @@ def test_no_folding_of_a_batchnorm_off_the_channel_axis():
     y = b.layer("BatchNorm", "bn_axis1", [fc], {"axis": 1}, {"weights": torch.rand(5), "biases": torch.randn(5)})[0]
     graph = b.build([y])
     check_stage1(graph, [torch.randn(3, 5, 6)], set())
+
+
+def test_unfusable_activation_is_split_into_its_own_layer():
+    """A fused SELU (params with it) becomes Conv + Activation SELU: outputs unchanged,
+    the tensor readers see keeps its name, and both layers then quantize."""
+    b = GraphBuilder("t")
+    b.input("x", [1, 6, 6, 3])
+    c = b.layer("Convolution", "c", ["x"], dict(CONV, with_activation="SELU", alpha=1.5, gamma=1.1),
+                {"weights": torch.randn(4, 3, 3, 3), "biases": torch.randn(4)})[0]
+    g = b.build([act(b, "sig", c, "SIGMOID")])
+    x = torch.randn(2, 6, 6, 3)
+    before = g.forward([x])[0].clone()
+    run_stage1(g)
+    assert [(n.name, n.type) for n in g.nodes] == [("x", "Input"), ("c", "Convolution"), ("c_selu", "Activation"),
+                                                  ("sig", "Activation")]
+    conv_node, split = g.node("c"), g.node("c_selu")
+    assert conv_node.params["with_activation"] == "NONE" and "alpha" not in conv_node.params
+    assert split.params == {"method": "SELU", "alpha": 1.5, "gamma": 1.1}
+    assert split.outputs[0].name == c and g.node("sig").inputs[0].name == c
+    torch.testing.assert_close(g.forward([x])[0], before)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..errors import IRError
 from ..quant import qmath
 from ..quant import tensors as QT
-from ._linear import check_fused, linear_output, quantize_linear
+from ._linear import linear_output, quantize_linear
 
 # per spatial rank: the axis letters (outermost first) and the pad param names of each axis
 AXES = {2: ("y", "x"), 3: ("z", "y", "x")}
@@ -68,10 +68,8 @@ def window(node, dims: int, transposed: bool = False) -> Window:
 
 def geometry(node, x: torch.Tensor, weights: torch.Tensor, dims: int, transposed: bool = False,
              biases: torch.Tensor = None) -> Window:
-    """Window params checked against each other, the input, the weights and the biases;
-    also refuses a fused activation the tool chain cannot fuse."""
+    """Window params checked against each other, the input, the weights and the biases."""
     w = window(node, dims, transposed)
-    check_fused(node)
     where = f"layer '{node.name}' ({node.type})"
     if x.dim() != dims + 2:
         raise IRError(f"{where}: input has {x.dim()} axes, expected {dims + 2} (channels last)")

@@ -9,25 +9,15 @@ shift (per channel: `scale`/`shift` constants with one common shift), then the
 fused activation of ops/activation.py.
 
 The tool chain fuses only NONE, RELU, RELU6, CLIP, LEAKYRELU and PRELU into these
-layers: any other `with_activation` (SIGMOID, SELU, GELU, ...) stops its float
-forward and its quantize alike, so such a layer is an IRError here too (the
-activation belongs in an Activation layer of its own)."""
+layers (any other `with_activation` stops its float forward and its quantize). npuopt's
+float forward computes every method; the stage-1 pass split_activation moves the
+others into an Activation layer of their own before quantization."""
 import torch
 
-from ..errors import IRError
 from ..quant import tensors as QT
 from ..quant.fields import Rescale
 from ..quant.settings import settings_of
-from .activation import FUSABLE, fused_forward, method_of, quantize_fused
-
-
-def check_fused(node) -> str:
-    """The layer's with_activation, refused unless the tool chain can fuse it."""
-    method = method_of(node, "with_activation")
-    if method not in FUSABLE:
-        raise IRError(f"layer '{node.name}' ({node.type}): with_activation '{method}' cannot be fused into this "
-                      f"layer (the tool chain fuses {', '.join(FUSABLE)}; use a separate Activation layer)")
-    return method
+from .activation import fused_forward, quantize_fused
 
 
 def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) -> None:

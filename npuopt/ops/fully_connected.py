@@ -11,12 +11,11 @@ from ..quant import qmath
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._layout import optional_constant
-from ._linear import check_fused, linear_output, quantize_linear
+from ._linear import linear_output, quantize_linear
 from .activation import apply_fused_activation
 
 
 def _check_features(node, x, weights):
-    check_fused(node)
     if weights.dim() != 2 or x.shape[-1] != weights.shape[1]:
         raise IRError(f"layer '{node.name}' ({node.type}): input has {x.shape[-1]} features on its last axis, "
                       f"weights {list(weights.shape)} expect [num_output, {x.shape[-1]}]")
