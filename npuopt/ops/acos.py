@@ -1,0 +1,16 @@
+"""Acos: acos(x) (NaN outside [-1, 1]), on the float32 input.
+Quantized: a lookup table `lut`, indexed as Activation's (npuopt/ops/_unary.py)."""
+import torch
+
+from ..registry import OpType, op_register, quant_register
+from . import _unary
+
+
+@quant_register(OpType.Acos, "1.0")
+def acos_quantize(self, *args):
+    _unary.lut_quantize(self, torch.acos)
+
+
+@op_register(OpType.Acos, "1.0")
+def acos_forward(self, *args):
+    return _unary.lut_forward(self, torch.acos)

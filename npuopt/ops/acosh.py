@@ -1,0 +1,16 @@
+"""Acosh: acosh(x) (NaN below 1), on the float32 input.
+Quantized: a lookup table `lut`, indexed as Activation's (npuopt/ops/_unary.py)."""
+import torch
+
+from ..registry import OpType, op_register, quant_register
+from . import _unary
+
+
+@quant_register(OpType.Acosh, "1.0")
+def acosh_quantize(self, *args):
+    _unary.lut_quantize(self, torch.acosh)
+
+
+@op_register(OpType.Acosh, "1.0")
+def acosh_forward(self, *args):
+    return _unary.lut_forward(self, torch.acosh)

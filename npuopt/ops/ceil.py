@@ -1,0 +1,16 @@
+"""Ceil: ceil(x), on the float32 input.
+Quantized: a lookup table `lut`, indexed as Activation's (npuopt/ops/_unary.py)."""
+import torch
+
+from ..registry import OpType, op_register, quant_register
+from . import _unary
+
+
+@quant_register(OpType.Ceil, "1.0")
+def ceil_quantize(self, *args):
+    _unary.lut_quantize(self, torch.ceil)
+
+
+@op_register(OpType.Ceil, "1.0")
+def ceil_forward(self, *args):
+    return _unary.lut_forward(self, torch.ceil)

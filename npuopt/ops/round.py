@@ -1,0 +1,16 @@
+"""Round: x rounded half to even, on the float32 input.
+Quantized: a lookup table `lut`, indexed as Activation's (npuopt/ops/_unary.py)."""
+import torch
+
+from ..registry import OpType, op_register, quant_register
+from . import _unary
+
+
+@quant_register(OpType.Round, "1.0")
+def round_quantize(self, *args):
+    _unary.lut_quantize(self, torch.round)
+
+
+@op_register(OpType.Round, "1.0")
+def round_forward(self, *args):
+    return _unary.lut_forward(self, torch.round)

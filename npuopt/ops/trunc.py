@@ -1,0 +1,16 @@
+"""Trunc: x rounded toward 0, on the float32 input.
+Quantized: a lookup table `lut`, indexed as Activation's (npuopt/ops/_unary.py)."""
+import torch
+
+from ..registry import OpType, op_register, quant_register
+from . import _unary
+
+
+@quant_register(OpType.Trunc, "1.0")
+def trunc_quantize(self, *args):
+    _unary.lut_quantize(self, torch.trunc)
+
+
+@op_register(OpType.Trunc, "1.0")
+def trunc_forward(self, *args):
+    return _unary.lut_forward(self, torch.trunc)
