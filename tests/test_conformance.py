@@ -204,12 +204,22 @@ def first_difference(graph, opt: OptResult) -> str:
     return "no layer's output differs from OPT's"
 
 
-def check_conformance(run: Run, record_property) -> None:
+# OPT's MatMul sums its products in float32: with 16-bit operands the sums pass 2^24 and
+# round, where npuopt (and the NPU) sum exact integers
+FLOAT32_MATMUL = ("OPT sums 16-bit MatMul products in float32 (inexact above 2^24); npuopt computes the "
+                  "exact integer sums (docs/integer-semantics.md, MatMul)")
+
+
+def check_conformance(run: Run, record_property, float32_matmul_differs: bool = False) -> None:
+    """OPT's forward equals npuopt's; with `float32_matmul_differs` a difference that
+    starts at a MatMul is an expected failure (FLOAT32_MATMUL)."""
     assert not run.error, f"{run.label}: {run.error}"
     graph, outputs = npuopt_forward(run.txt, run.inputs)
     opt = run.opt.result()
     share, problems = compare_with_opt(graph, outputs, opt)
     record_property("identical_share", share)
+    if problems and float32_matmul_differs and "(MatMul) tensor" in problems[-1]:
+        pytest.xfail(f"{FLOAT32_MATMUL}: {problems[-1]}")
     assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
 
 
@@ -351,7 +361,7 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
 @pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS])
 def test_model(model, setting, model_runs, record_property, tmp_path):
     run = model_runs[model, setting]
-    check_conformance(run, record_property)
+    check_conformance(run, record_property, float32_matmul_differs=setting == "act16")
     _, ours = npuopt_forward(run.txt, run.inputs)
     check_refrun(run, ours, tmp_path, exact=True)
 
