@@ -5,7 +5,7 @@ from typing import Dict, List, Optional, Sequence
 import networkx as nx
 import torch
 
-from .errors import GraphError
+from .errors import GraphError, NpuoptError
 from .node import PyNode
 from .tensor import PyTensor
 
@@ -26,6 +26,8 @@ class PyGraph:
         self.topology = nx.DiGraph()
         self._tensors: Dict[str, PyTensor] = {}
         self._last_use: Dict[str, int] = {}
+        # whether a batch keeps its samples apart (None: not checked yet; see keeps_samples_apart)
+        self.samples_apart: Optional[bool] = None
 
     # ---- structure -------------------------------------------------------
     def set_layers(self, nodes: Sequence[PyNode], input_names: Sequence[str],
@@ -116,7 +118,58 @@ class PyGraph:
         Intermediate values are released once their last reader ran, unless
         `keep_tensors` (for dumps and per-layer comparisons). `after_node(node)`
         is called after each layer ran (calibration gathers statistics there).
+        A batch runs as one, unless the graph does not keep its samples apart
+        (keeps_samples_apart): then one sample at a time, the outputs concatenated
+        along the first axis (kept tensors: the last sample's).
         """
+        if inputs and inputs[0].dim() and inputs[0].shape[0] > 1 and not self.keeps_samples_apart():
+            runs = [[o.clone() for o in self._forward([x[i:i + 1] for x in inputs], keep_tensors, check_shapes,
+                                                      after_node)] for i in range(inputs[0].shape[0])]
+            return [torch.cat(parts, dim=0) for parts in zip(*runs)]
+        return self._forward(inputs, keep_tensors, check_shapes, after_node)
+
+    def keeps_samples_apart(self) -> bool:
+        """Whether each sample's outputs in a batch equal its outputs alone. Parser IRs
+        hard-code batch 1 (Reshape shapes, a transposed layout folded into a Reshape) and
+        some cannot run a batch faithfully; checked once, on two random samples."""
+        if self.samples_apart is None:
+            self.samples_apart = True  # while checking, batches run as one
+            self.samples_apart = self._batch_matches_samples()
+            if not self.samples_apart:
+                from .logger import OPT_INFO
+                OPT_INFO(f"graph '{self.name}' does not keep the samples of a batch apart (its IR fixes batch 1 "
+                         f"in its shapes): batches run one sample at a time")
+        return self.samples_apart
+
+    def _batch_matches_samples(self) -> bool:
+        gen = torch.Generator().manual_seed(0)
+        inputs = []
+        for t in self.input_tensors:
+            shape = (2,) + tuple(int(d) for d in t.ir_shape[1:])
+            dtype = t.dtype.torch_dtype
+            inputs.append(torch.randn(shape, generator=gen).to(dtype) if dtype.is_floating_point
+                          else torch.zeros(shape, dtype=dtype))
+        device = next((c.betensor.device for n in self.nodes for c in n.constants.values()), None)
+        if device is not None:
+            inputs = [x.to(device) for x in inputs]
+        try:
+            batched = [o.clone() for o in self._forward(inputs, False, True, None)]
+        except (NpuoptError, RuntimeError):
+            return False
+        for i in range(2):
+            alone = self._forward([x[i:i + 1] for x in inputs], False, True, None)
+            for got, want in zip(batched, alone):
+                if got.numel() != 2 * want.numel():
+                    return False
+                # mixed samples differ wholesale; float sums and integer rounding that depend
+                # on the batch (a few LSB) stay far below 1% of the output's norm
+                got, want = got.double().reshape(2, -1)[i], want.double().reshape(-1)
+                if float((got - want).norm()) > 0.01 * float(want.norm()) + 1e-12:
+                    return False
+        return True
+
+    def _forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool, check_shapes: bool,
+                 after_node) -> List[torch.Tensor]:
         if len(inputs) != len(self.input_tensors):
             raise GraphError(f"graph '{self.name}' takes {len(self.input_tensors)} input(s) "
                              f"({', '.join(t.name for t in self.input_tensors)}), got {len(inputs)}")

@@ -86,30 +86,41 @@ def test_a_batch_gives_what_each_input_gives_alone(name, shared):
 
 
 # ---- the batch through Reshape, on small graphs (no ../shared needed) ---------------
-def reshape_graph(in_shape, perm, shape):
+def reshape_graph(in_shape, perm, shape, perm_after=None):
     from npuopt.ir.builder import GraphBuilder
     b = GraphBuilder("t")
     b.input("x", in_shape)
     top = b.layer("Transpose", "tr", ["x"], dict(perm=perm))[0] if perm else "x"
-    b.layer("Reshape", "rs", [top], dict(shape=shape))
-    return b.build(["rs"])
+    top = b.layer("Reshape", "rs", [top], dict(shape=shape))[0]
+    if perm_after:
+        top = b.layer("Transpose", "back", [top], dict(perm=perm_after))[0]
+    return b.build([top])
 
 
-@pytest.mark.parametrize("in_shape,perm,shape", [
-    ([1, 16, 8], None, [16, 8]),            # batch folded into the first axis
-    ([1, 16, 8], [1, 0, 2], [16, 8]),       # batch moved to axis 1, then folded into the last
-    ([1, 2, 2, 5], None, [1, 20]),          # flatten
-    ([1, 20], None, [1, 1, 4, 5]),          # unflatten
+@pytest.mark.parametrize("in_shape,perm,shape,perm_after", [
+    ([1, 16, 8], None, [16, 8], None),                  # batch folded into the first axis
+    ([1, 4, 6], [1, 0, 2], [4, 1, 2, 3], [1, 0, 2, 3]),  # batch moved to axis 1 through the Reshape, and back
+    ([1, 2, 2, 5], None, [1, 20], None),                # flatten
+    ([1, 20], None, [1, 1, 4, 5], None),                # unflatten
 ])
-def test_reshape_follows_the_batch(in_shape, perm, shape):
-    graph = reshape_graph(in_shape, perm, shape)
+def test_reshape_follows_the_batch(in_shape, perm, shape, perm_after):
+    graph = reshape_graph(in_shape, perm, shape, perm_after)
     x = torch.randn([4] + in_shape[1:])
     batched = graph.forward([x])[0]
+    assert graph.samples_apart, "the batch runs as one"
     for i in range(4):
-        alone = graph.forward([x[i:i + 1]])[0].reshape(-1)
-        # with the batch moved to axis 1, sample i is every 4th run of 8 values
-        got = batched.reshape(shape[0], 4, -1)[:, i] if perm else batched.reshape(4, -1)[i]
-        assert torch.equal(got.reshape(-1), alone)
+        assert torch.equal(batched.reshape(4, -1)[i], graph.forward([x[i:i + 1]])[0].reshape(-1))
+
+
+def test_a_graph_that_mixes_samples_runs_them_one_at_a_time():
+    """[1,16,8] -> Transpose [16,1,8] -> Reshape [16,8]: the output carries the batch on
+    its last axis; such a graph runs sample by sample, outputs along the first axis."""
+    graph = reshape_graph([1, 16, 8], [1, 0, 2], [16, 8])
+    x = torch.randn(3, 16, 8)
+    batched = graph.forward([x])[0]
+    assert graph.samples_apart is False and batched.shape == (48, 8)
+    for i in range(3):
+        assert torch.equal(batched[16 * i:16 * (i + 1)], graph.forward([x[i:i + 1]])[0])
 
 
 def test_reshape_refuses_an_input_that_is_not_a_batch():
