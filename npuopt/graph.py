@@ -122,9 +122,12 @@ class PyGraph:
         (keeps_samples_apart): then one sample at a time, the outputs concatenated
         along the first axis (kept tensors: the last sample's).
         """
-        if inputs and inputs[0].dim() and inputs[0].shape[0] > 1 and not self.keeps_samples_apart():
-            runs = [[o.clone() for o in self._forward([x[i:i + 1] for x in inputs], keep_tensors, check_shapes,
-                                                      after_node)] for i in range(inputs[0].shape[0])]
+        batch = inputs[0].shape[0] if inputs and inputs[0].dim() else 1
+        if batch > 1 and not self.keeps_samples_apart():
+            def sample(x, i):
+                return x[i:i + 1] if x.dim() and x.shape[0] == batch else x
+            runs = [[o.clone() for o in self._forward([sample(x, i) for x in inputs], keep_tensors, check_shapes,
+                                                      after_node)] for i in range(batch)]
             return [torch.cat(parts, dim=0) for parts in zip(*runs)]
         return self._forward(inputs, keep_tensors, check_shapes, after_node)
 
@@ -134,7 +137,9 @@ class PyGraph:
         some cannot run a batch faithfully; checked once, on two random samples."""
         if self.samples_apart is None:
             self.samples_apart = True  # while checking, batches run as one
-            self.samples_apart = self._batch_matches_samples()
+            # only an IR of batch 1 (what the parser writes) can have fixed its batch in shapes
+            if all(t.ir_shape and int(t.ir_shape[0]) == 1 for t in self.input_tensors):
+                self.samples_apart = self._batch_matches_samples()
             if not self.samples_apart:
                 from .logger import OPT_INFO
                 OPT_INFO(f"graph '{self.name}' does not keep the samples of a batch apart (its IR fixes batch 1 "
@@ -146,9 +151,12 @@ class PyGraph:
         inputs = []
         for t in self.input_tensors:
             shape = (2,) + tuple(int(d) for d in t.ir_shape[1:])
-            dtype = t.dtype.torch_dtype
-            inputs.append(torch.randn(shape, generator=gen).to(dtype) if dtype.is_floating_point
-                          else torch.zeros(shape, dtype=dtype))
+            # real-valued inputs (float, or quantized by the Input layer) get random samples;
+            # unscaled integers (indices) zeros, which cannot tell batches apart but do no harm
+            if t.dtype.torch_dtype.is_floating_point or not t.qinvariant:
+                inputs.append(torch.randn(shape, generator=gen))
+            else:
+                inputs.append(torch.zeros(shape, dtype=t.dtype.torch_dtype))
         device = next((c.betensor.device for n in self.nodes for c in n.constants.values()), None)
         if device is not None:
             inputs = [x.to(device) for x in inputs]

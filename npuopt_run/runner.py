@@ -146,19 +146,26 @@ class Runner:
         change when run together) runs one sample at a time, every tensor concatenated
         along its first axis."""
         batch = inputs[0].shape[0] if inputs and inputs[0].ndim else 1
-        if batch > 1 and not self._samples_stay_apart(inputs):
-            runs = [self._run([x[i:i + 1] for x in inputs]) for i in range(batch)]
+        ir_batch_one = all(list(self.infos[n].shape)[:1] == [1] for n in self.model.inputs)
+        if batch > 1 and ir_batch_one and not self._samples_stay_apart(inputs):
+            runs = [self._run([x[i:i + 1] if x.ndim and x.shape[0] == batch else x for x in inputs])
+                    for i in range(batch)]
             return {name: np.concatenate([r[name] for r in runs], axis=0) if runs[0][name].ndim
                     else runs[-1][name] for name in runs[0]}
         return self._run(inputs)
 
     def _samples_stay_apart(self, inputs: Sequence[np.ndarray]) -> bool:
+        batch = inputs[0].shape[0]
+
+        def part(x, start, n):
+            """Samples start..start+n of a batched input; an input of its own batch whole."""
+            return x[start:start + n] if x.ndim and x.shape[0] == batch else x
         try:
-            together = self._run([x[:2] for x in inputs])
+            together = self._run([part(x, 0, 2) for x in inputs])
         except RefrunError:
             return False
         for i in range(2):
-            alone = self._run([x[i:i + 1] for x in inputs])
+            alone = self._run([part(x, i, 1) for x in inputs])
             for name in self.model.outputs:
                 a, b = together[name], alone[name]
                 if a.size != 2 * b.size:

@@ -306,14 +306,28 @@ def images(tmp_path_factory):
 
 def model_data(name: str, images, folder: Path) -> Dict[str, Path]:
     """Calibration and validation inputs for a parser IR with one input: images for an
-    NCHW 3-channel input, otherwise normal samples scaled like its ref_input.npy."""
+    NCHW 3-channel input, otherwise normal samples scaled like its ref_input.npy. An IR
+    that cannot carry a batch (PyGraph.keeps_samples_apart) is validated on one sample:
+    OPT runs a batch of it as one and mixes its samples, npuopt runs them one at a time."""
+    import npuopt.ops  # noqa: F401
     from npuopt.ir import read_graph
     graph = read_graph(str(model_ir(name)))
     if len(graph.input_tensors) != 1:
         pytest.skip(f"{name}: {len(graph.input_tensors)} inputs; the model cases feed one")
     shape = [int(d) for d in graph.input_tensors[0].ir_shape]
     if len(shape) == 4 and shape[1] == 3:
-        return images(shape[2], shape[3])
+        files = images(shape[2], shape[3])
+    else:
+        files = normal_samples(name, shape, folder)
+    if not graph.keeps_samples_apart():
+        one = folder / "val_one_sample.npy"
+        np.save(one, np.load(files["val"])[:1])
+        files = dict(files, val=one)
+    return files
+
+
+def normal_samples(name: str, shape: List[int], folder: Path) -> Dict[str, Path]:
+    """Normal samples scaled like the IR's ref_input.npy."""
     ref = PARSER_IRS / name / "ref_input.npy"
     std = float(np.load(ref).std()) if ref.is_file() else 1.0
     rng = np.random.default_rng(0)
