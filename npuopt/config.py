@@ -2,13 +2,24 @@
 
 Each field has a name, a default, a parser that validates and converts the
 text, and one line of help. Plugins may add fields with `register_field`.
+
+Every field of the Compass Optimizer 4.2's cfg is known here, with its syntax.
+A field either works as it does there, or is accepted with one logged line that
+says why it changes nothing in npuopt (`no_effect`: chip tiling, library flags),
+or stops the run with one line when its value asks for something npuopt does
+not implement yet (`unsupported`). Names are case-insensitive, as there.
+
+Fields marked `per_layer` also take the per-layer form
+`global & <[Type1,Type2]:v1> <[(id1,id2),(id3,id4)]:v2> <{name regex}:v3>`:
+layer-id ranges win over types (a type also matches an Activation's method),
+types over name patterns, and the global value applies to the rest.
 """
 import configparser
 import difflib
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import ConfigError
 
@@ -21,15 +32,111 @@ class Field:
     help: str
     accepts: str
     is_path: bool = False
+    no_effect: str = ""                 # why the field changes nothing in npuopt
+    unsupported: Optional[Callable[[object], str]] = None  # what a value asks that npuopt lacks ('' if none)
+    per_layer: bool = False
+    global_of: Optional[Callable[["PerLayer"], object]] = None  # the plain value of a per-layer one
 
 
 FIELDS: Dict[str, Field] = {}
 
 
-def register_field(name, default, parse, help, accepts, is_path=False) -> Field:
-    field = Field(name, default, parse, help, accepts, is_path)
+def register_field(name, default, parse, help, accepts, is_path=False, *, no_effect="", unsupported=None,
+                   per_layer=False, global_of=None) -> Field:
+    if per_layer:
+        parse = _per_layer(parse)
+        accepts += " (also per layer: 'v & <[Type,...]:v1> <[(id1,id2),...]:v2> <{name regex}:v3>')"
+    field = Field(name, default, parse, help, accepts, is_path, no_effect, unsupported, per_layer, global_of)
     FIELDS[name] = field
     return field
+
+
+# ---- per-layer values -----------------------------------------------------------------
+class PerLayer:
+    """A value that differs per layer (the cfg's `global & <key:value>...` form)."""
+
+    def __init__(self, default):
+        self.default = default
+        self.ranges: List[Tuple[int, int, object]] = []
+        self.types: Dict[str, object] = {}
+        self.names: List[Tuple[str, object]] = []
+
+    def values(self) -> list:
+        return [self.default] + [v for *_, v in self.ranges] + list(self.types.values()) + [v for _, v in self.names]
+
+    def local(self, node):
+        """(True, value) when a per-layer part names this layer, else (False, the global value)."""
+        lid = getattr(node, "layer_id", None)
+        for lo, hi, value in self.ranges:
+            if lid is not None and lo <= int(lid) <= hi:
+                return True, value
+        keys = [str(node.type).lower()]
+        if keys[0] == "activation":
+            keys.append(str(node.params.get("method", "")).lower())
+        for key in keys:
+            if key in self.types:
+                return True, self.types[key]
+        for pattern, value in self.names:
+            if re.match(pattern, node.name):
+                return True, value
+        return False, self.default
+
+    def get(self, node):
+        return self.local(node)[1]
+
+    def unmatched(self, nodes) -> List[str]:
+        """The per-layer keys that name no layer of `nodes` (most likely a typo)."""
+        nodes = list(nodes)
+        ids = [int(n.layer_id) for n in nodes if getattr(n, "layer_id", None) is not None]
+        kinds = {str(n.type).lower() for n in nodes}
+        kinds |= {str(n.params.get("method", "")).lower() for n in nodes if str(n.type).lower() == "activation"}
+        out = [f"[{t}]" for t in self.types if t not in kinds]
+        out += [f"[({lo},{hi})]" for lo, hi, _ in self.ranges if not any(lo <= i <= hi for i in ids)]
+        out += [f"{{{p}}}" for p, _ in self.names if not any(re.match(p, n.name) for n in nodes)]
+        return out
+
+
+_PART = re.compile(r"<([^<>]*)>")
+_RANGES = re.compile(r"\[\(\d+,\d+\)(,\(\d+,\d+\))*,?\]")
+_TYPES = re.compile(r"\[\w+(,\w+)*,?\]")
+
+
+def parse_per_layer(text: str, scalar: Callable[[str], object]) -> PerLayer:
+    """OPT's per-layer syntax; raises ValueError when the text does not follow it."""
+    head, sep, tail = text.partition("&")
+    result = PerLayer(scalar(head.strip()))
+    if not sep:
+        return result
+    tail = re.sub(r"\s+", "", tail)
+    if not tail or _PART.sub("", tail):
+        raise ValueError
+    for part in _PART.findall(tail):
+        key, colon, value = part.rpartition(":")
+        if not colon or not key:
+            raise ValueError
+        value = scalar(value)
+        if _RANGES.fullmatch(key):
+            ids = [int(x) for x in re.findall(r"\d+", key)]
+            result.ranges += [(ids[k], ids[k + 1], value) for k in range(0, len(ids), 2)]
+        elif _TYPES.fullmatch(key):
+            for kind in key.strip("[],").split(","):
+                result.types[kind.lower()] = value
+        elif key.startswith("{") and key.endswith("}"):
+            try:
+                re.compile(key[1:-1])
+            except re.error:
+                raise ValueError from None
+            result.names.append((key[1:-1], value))
+        else:
+            raise ValueError
+    return result
+
+
+def _per_layer(scalar):
+    def parse(s):
+        value = parse_per_layer(s, scalar)
+        return value if value.ranges or value.types or value.names else value.default
+    return parse
 
 
 # ---- value parsers: each raises ValueError when the text is not accepted ----
@@ -38,7 +145,7 @@ def _text(s):
 
 
 def _bool(s):
-    low = s.lower()
+    low = s.strip().lower()
     if low in ("true", "1", "yes", "on"):
         return True
     if low in ("false", "0", "no", "off"):
@@ -55,15 +162,6 @@ def _int_in(lo, hi):
     return parse
 
 
-def _int_of(*choices):
-    def parse(s):
-        v = int(s)
-        if v not in choices:
-            raise ValueError
-        return v
-    return parse
-
-
 def _float_in(lo, hi):
     def parse(s):
         v = float(s)
@@ -75,9 +173,21 @@ def _float_in(lo, hi):
 
 def _choice(*choices):
     def parse(s):
-        if s.lower() not in choices:
+        if s.strip().lower() not in choices:
             raise ValueError
-        return s.lower()
+        return s.strip().lower()
+    return parse
+
+
+def _pattern(regex):
+    """Text that matches `regex` (case-insensitive), kept as written without spaces."""
+    compiled = re.compile(regex, re.IGNORECASE)
+
+    def parse(s):
+        s = re.sub(r"\s+", "", s)
+        if not compiled.fullmatch(s):
+            raise ValueError
+        return s
     return parse
 
 
@@ -90,71 +200,374 @@ def _name_list(s):
     return items
 
 
+FLOAT_MODES = ("disable", "float16_preferred", "bfloat16_preferred", "float32_preferred",
+               "float16_act_int_wht", "bfloat16_act_int_wht", "float32_act_int_wht",
+               "float16_act_fp8e4m3fn_wht", "float16_act_fp4e2m1fn_wht", "bfloat16_act_fp8e4m3fn_wht",
+               "bfloat16_act_fp4e2m1fn_wht", "float32_act_fp8e4m3fn_wht", "float32_act_fp4e2m1fn_wht")
+
+
+def _float_mode(s):
+    mode = s.strip().lower()
+    if mode.rstrip("!") not in FLOAT_MODES or mode.count("!") > 1:
+        raise ValueError
+    return mode
+
+
 def _float_ops(s):
-    """'disable' (nothing kept in float) or a list of layer types/names."""
-    return [] if s.strip().lower() in ("", "disable") else _name_list(s)
+    """npuopt's list of layer types/names kept in float ('disable': none), or OPT's
+    float modes: `float16_preferred`, `disable & <[Softmax]:float16_preferred!>`, ..."""
+    if s.strip().lower() in ("", "disable"):
+        return []
+    if s.partition("&")[0].strip().lower().rstrip("!") in FLOAT_MODES:
+        return parse_per_layer(s, _float_mode)
+    return _name_list(s)
+
+
+def _float_mode_unsupported(mode) -> str:
+    if isinstance(mode, str) and mode.rstrip("!").endswith("_wht"):
+        return (f"'{mode}' asks for weight-only quantization with float activations, which npuopt "
+                f"does not implement yet")
+    return ""
 
 
 QUANTIZE_METHODS = ("per_tensor_symmetric_restricted_range", "per_tensor_symmetric_full_range",
                     "per_channel_symmetric_restricted_range", "per_channel_symmetric_full_range",
                     "per_tensor_asymmetric", "per_channel_asymmetric")
-CALIBRATION_STRATEGY = re.compile(r"(extrema|mean|kld|mse|aciq_laplace|\d+(\.\d+)?percentile|\d+(\.\d+)?std)")
+PER_BLOCK_METHODS = ("per_block_symmetric_restricted_range", "per_block_symmetric_full_range",
+                     "per_block_asymmetric")
+
+
+def _per_block_unsupported(method) -> str:
+    return (f"'{method}': per-block quantization is not implemented in npuopt yet"
+            if str(method).startswith("per_block") else "")
+
+
+_R = r"[-+]?\d+(?:\.\d*)?"
+CALIBRATION_STRATEGY = re.compile(
+    r"extrema|mean|in_ir|kld|\d+kld|mse|\d+(\.\d+)?std|(\d+(\.\d*)?)?(aciq_laplace|aciq_gauss|percentile)"
+    rf"|weighted_scale_param\[{_R},{_R},{_R},{_R},?\]")
 
 
 def _strategy(s):
-    if not CALIBRATION_STRATEGY.fullmatch(s.lower()):
+    s = re.sub(r"\s+", "", s).lower()
+    if not CALIBRATION_STRATEGY.fullmatch(s):
         raise ValueError
-    return s.lower()
+    return s
 
 
-_STRATEGY_ACCEPTS = "extrema, mean, kld, mse, aciq_laplace, <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std)"
+def _strategy_unsupported(s) -> str:
+    from .quant.strategies import check_strategy
+    try:
+        check_strategy(s)
+    except ConfigError as e:
+        if "percentile must be" in str(e):
+            return str(e)
+        return f"calibration strategy '{s}' is not implemented in npuopt yet"
+    return ""
 
+
+_STRATEGY_ACCEPTS = ("extrema, mean, kld, mse, aciq_laplace, <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std); "
+                     "and OPT's in_ir, <N>kld, <R>aciq_laplace, <R>aciq_gauss, weighted_scale_param[a,b,c,d] "
+                     "(stop with a line when npuopt lacks them)")
+
+
+def _multiplier_bits(s):
+    return _int_in(2, 15)(s) if s.strip() else 0
+
+
+def _bias_bits_unsupported(bits) -> str:
+    return "" if bits == 32 else f"'{bits}': biases other than 32 bits are not implemented in npuopt yet"
+
+
+def _quant_type_unsupported(q) -> str:
+    if q in QUANT_TYPE_BITS or q == "disable":
+        return ""
+    why = " (its biases are 48 bits)" if q == "w16a16" else ""
+    return f"quant_type '{q}'{why} is not implemented in npuopt yet; disable and w8a8 are"
+
+
+QUANT_TYPES = ("disable", "w8a8", "w16a16", "w4", "w8", "w4afp16", "w8afp16", "w4abfp16", "w8abfp16", "wfp4",
+               "wfp4afp16", "wfp4abfp16", "wfp4afp32", "w4afp8e5m2", "w4afp8e4m3", "wfp4afp8e5m2", "wfp4afp8e4m3",
+               "wfp8afp8", "wfp8e5m2afp8e5m2", "wfp8e4m3afp8e4m3", "fp16", "bf16", "bfp16")
+# quant_type: (activation_bits, weight_bits, bias_bits, lut_items_in_bits) it sets
+QUANT_TYPE_BITS = {"w8a8": (8, 8, 32, 8)}
+
+
+# ---- global_calibration and mixed_precision_auto_search: OPT's syntax -------------------
+GLOBAL_CALIBRATION_METHODS = ("svd_quant", "easy_quant", "mvn_correction", "adaround", "adaquant_zy",
+                              "smooth_quant_zy", "awq_zy", "gptq_zy")
+_GC_ONE = re.compile(rf"({'|'.join(GLOBAL_CALIBRATION_METHODS)})"
+                     rf"(\[{_R}(,{_R})*\](\[\w+(,\w+)*\]|\[\(\d+,\d+\)(,\(\d+,\d+\))*\]|\{{.*\}})?)?")
+
+
+def _global_calibration(s):
+    """'none', or methods joined by '&', each `name[params][scope]`: a list of (name, params, scope)."""
+    text = re.sub(r"\s+", "", s).lower()
+    if text in ("", "none"):
+        return []
+    methods = []
+    for part in text.split("&"):
+        m = _GC_ONE.fullmatch(part)
+        if not m:
+            raise ValueError
+        params = [float(x) for x in re.findall(_R, part[len(m.group(1)):].split("]")[0])] if m.group(2) else []
+        methods.append((m.group(1), params, part[len(m.group(1)):]))
+    return methods
+
+
+def _global_calibration_unsupported(methods) -> str:
+    names = ", ".join(name for name, _, _ in methods)
+    return f"global calibration ({names}) is not implemented in npuopt yet; use 'none'" if methods else ""
+
+
+def _mixed_precision(s):
+    """'batches,threshold,L|G' -> (batches, threshold, less_equal)."""
+    m = re.fullmatch(r"(\d+),(-?\d+\.?\d*),([GgLl])", re.sub(r"\s+", "", s))
+    if not m:
+        raise ValueError
+    return int(m.group(1)), float(m.group(2)), m.group(3).lower() == "l"
+
+
+def _mixed_precision_unsupported(value) -> str:
+    return ("mixed precision auto search is not implemented in npuopt yet; use '0,0.,L' (disabled)"
+            if value[0] > 0 else "")
+
+
+def _trim_infinity(s):
+    """'clip(lo,hi)' or 'second(lo,hi)' (bounds may be -inf/inf) -> (mode, lo, hi)."""
+    m = re.fullmatch(rf"(clip|second)\(({_R}|-inf),({_R}|\+?inf)\)", re.sub(r"\s+", "", s).lower())
+    if not m:
+        raise ValueError
+    return m.group(1), float(m.group(2)), float(m.group(3))
+
+
+def _layer_ids(s):
+    """'0' or '0,2' -> the list of layer ids."""
+    text = re.sub(r"\s+", "", s)
+    if not text:
+        return []
+    if not re.fullmatch(r"\d+(,\d+)*,?", text):
+        raise ValueError
+    return [int(x) for x in text.strip(",").split(",")]
+
+
+def _false_or_count(s):
+    """'false' or a positive integer (OPT's modify_batch_dim / export_parallel_batch)."""
+    low = s.strip().lower()
+    if low == "false":
+        return False
+    v = int(low)
+    if v < 1:
+        raise ValueError
+    return v
+
+
+def _not_default(what):
+    """unsupported(): a value other than the default asks for `what`, which npuopt lacks."""
+    def check(value):
+        return f"{what} is not implemented in npuopt yet" if value not in (False, "", [], None, "disable") else ""
+    return check
+
+
+_B = "true or false"
+
+# ---- npuopt's fields (OPT's too, with its syntax) ------------------------------------------
 register_field("graph", "", _text, "the float IR graph file (.txt)", "a file path", is_path=True)
 register_field("bin", "", _text, "the IR weights file; default: the graph's name with .bin", "a file path", is_path=True)
 register_field("model_name", "", _text, "name of the model in outputs; default: the IR's model_name", "a name")
 register_field("output_dir", "./npuopt_output", _text, "folder for the quantized IR, reports and dumps", "a folder path", is_path=True)
 register_field("out_ir_name", "", _text, "base name of the written IR (<out_ir_name>_o.txt); default: model_name", "a name")
+register_field("quant_ir_name", "", _text, "OPT's older name of out_ir_name; when set, it wins over out_ir_name", "a name")
 register_field("dataset", "", _text, "dataset plugin class that reads calibration_data and data (see npuopt --plugin)", "a dataset plugin name")
 register_field("calibration_data", "", _text, "input data file for calibration, read by the dataset plugin", "a file path", is_path=True)
 register_field("calibration_batch_size", "16", _int_in(1, 1 << 16), "batch size of calibration forwards", "an integer >= 1")
+register_field("calibration_shuffe", "false", _bool, "shuffle the calibration data (OPT's spelling, kept)", _B)
 register_field("metric", "", _name_list, "metric plugins, comma-separated, each with optional args: TopKMetric,TopKMetric(5)", "comma-separated plugin names like TopKMetric or TopKMetric(5)")
 register_field("data", "", _text, "input data file for metrics, read by the dataset plugin", "a file path", is_path=True)
 register_field("label", "", _text, "label file for metrics, read by the dataset plugin", "a file path", is_path=True)
 register_field("metric_batch_size", "16", _int_in(1, 1 << 16), "batch size of metric forwards", "an integer >= 1")
 register_field("dataloader_workers", "0", _int_in(0, 256), "worker processes of the torch DataLoader (0: load in the main process)", "an integer >= 0")
-register_field("quantize_method_for_weight", "per_tensor_symmetric_restricted_range", _choice(*QUANTIZE_METHODS), "how weights are quantized", ", ".join(QUANTIZE_METHODS))
-register_field("quantize_method_for_activation", "per_tensor_symmetric_full_range", _choice(*QUANTIZE_METHODS), "how activations are quantized", ", ".join(QUANTIZE_METHODS))
-register_field("weight_bits", "8", _int_in(2, 16), "bits of quantized weights", "an integer from 2 to 16")
-register_field("activation_bits", "8", _int_of(8, 16), "bits of quantized activations", "8 or 16")
-register_field("bias_bits", "32", _int_of(32), "bits of quantized biases", "32")
-register_field("multiplier_bits", "", lambda s: int(_int_in(2, 15)(s)) if s else 0,
+register_field("data_batch_dim", "0", _int_in(0, 64), "the batch axis of the data a dataset yields (set on the dataset class as data_batch_dim; a dataset with another axis than 0 defines collate_fn)", "an integer >= 0")
+register_field("label_batch_dim", "0", _int_in(0, 64), "the batch axis of the labels (set on the dataset class as label_batch_dim)", "an integer >= 0")
+register_field("without_batch_dim", "false", _bool, "the IR's inputs have no batch axis: batches of one sample, fed without the batch axis", _B)
+register_field("eval_original_model", "true", _bool, "compute the metrics on the float model", _B)
+register_field("eval_optimized_model", "true", _bool, "compute the metrics on the quantized model", _B)
+register_field("skip_optimization", "false", _bool, "skip calibration, quantization and writing the IR (metrics of the float model only)", _B)
+register_field("similarity_data_num", "4", _int_in(1, 1 << 16), "samples (of the first metric batch) used for the per-layer similarity of the report", "an integer >= 1")
+register_field("quantize_method_for_weight", "per_tensor_symmetric_restricted_range", _choice(*QUANTIZE_METHODS, *PER_BLOCK_METHODS),
+               "how weights are quantized", ", ".join(QUANTIZE_METHODS), per_layer=True, unsupported=_per_block_unsupported)
+register_field("quantize_method_for_activation", "per_tensor_symmetric_full_range", _choice(*QUANTIZE_METHODS),
+               "how activations are quantized", ", ".join(QUANTIZE_METHODS), per_layer=True)
+register_field("weight_bits", "8", _int_in(2, 16), "bits of quantized weights", "an integer from 2 to 16", per_layer=True)
+register_field("activation_bits", "8", _int_in(8, 16), "bits of quantized activations", "an integer from 8 to 16", per_layer=True)
+register_field("bias_bits", "32", _int_in(16, 48), "bits of quantized biases", "an integer from 16 to 48",
+               per_layer=True, unsupported=_bias_bits_unsupported)
+register_field("quant_type", "disable", _choice(*QUANT_TYPES),
+               "sets activation/weight/bias/lut bits at once: w8a8 = 8/8/32/8; disable: the *_bits fields",
+               ", ".join(QUANT_TYPES), per_layer=True, unsupported=_quant_type_unsupported)
+register_field("multiplier_bits", "", _multiplier_bits,
                "bits of rescale multipliers; empty: the activation bits (at most 15), as the tool chain does",
-               "empty or an integer from 2 to 15")
+               "empty or an integer from 2 to 15", per_layer=True)
 register_field("unify_shifts_for_aiff", "true", _bool,
                "per-channel rescales share one shift (the NPU's AIFF unit needs it); false: a shift per channel",
-               "true or false")
-register_field("lut_items_in_bits", "8", _int_in(6, 16), "a lookup table has 2**lut_items_in_bits entries", "an integer from 6 to 16")
-register_field("calibration_strategy_for_weight", "extrema", _strategy, "how weight statistics become a quantization range", _STRATEGY_ACCEPTS)
-register_field("calibration_strategy_for_activation", "mean", _strategy, "how activation statistics become a quantization range", _STRATEGY_ACCEPTS)
-register_field("running_statistic_momentum", "0.9", _float_in(0.0, 1.0), "momentum of running-average statistics over calibration batches", "a number from 0 to 1")
-register_field("histc_bins", "2048", _int_in(16, 1 << 20), "histogram bins per tensor, used by kld/mse/percentile", "an integer >= 16")
+               _B, per_layer=True)
+register_field("lut_items_in_bits", "8", _int_in(6, 16), "a lookup table has 2**lut_items_in_bits entries", "an integer from 6 to 16", per_layer=True)
+register_field("calibration_strategy_for_weight", "extrema", _strategy, "how weight statistics become a quantization range",
+               _STRATEGY_ACCEPTS, per_layer=True, unsupported=_strategy_unsupported)
+register_field("calibration_strategy_for_activation", "mean", _strategy, "how activation statistics become a quantization range",
+               _STRATEGY_ACCEPTS, per_layer=True, unsupported=_strategy_unsupported)
+register_field("running_statistic_momentum", "0.9", _float_in(0.0, 1.0), "momentum of running-average statistics over calibration batches", "a number from 0 to 1", per_layer=True)
+register_field("histc_bins", "2048", _int_in(16, 1 << 20), "histogram bins per tensor, used by kld/mse/percentile", "an integer >= 16", per_layer=True)
+register_field("trim_infinity_before_statistic", "clip(-inf, inf)", _trim_infinity,
+               "values a tensor's statistics see: clip(lo,hi) clamps to [lo,hi]; second(lo,hi) clamps to the "
+               "smallest/largest value strictly inside (min(lo,0), max(hi,0)); the forward is unchanged",
+               "clip(lo,hi) or second(lo,hi), bounds numbers or -inf/inf", per_layer=True)
 register_field("statistic_file", "", _text, "save calibration statistics here, or load them from here when it exists", "a file path", is_path=True)
+register_field("save_statistic_info", "false", _bool, "also save the statistics as <output_dir>/<model_name>_statistic_info.npy", _B)
 register_field("opt_config", "", _text, "JSON file of per-layer overrides (see the written <name>_opt_template.json)", "a file path", is_path=True)
-register_field("trigger_float_op", "disable", _float_ops, "layer types or names kept in float, comma-separated, or 'disable'", "'disable' or comma-separated layer types/names")
-register_field("dump", "false", _bool, "write every tensor of the first batch as .npy into dump_dir", "true or false")
+register_field("trigger_float_op", "disable", _float_ops,
+               "layers kept in float: 'disable', comma-separated layer types/names, or OPT's float modes "
+               "(float16_preferred, bfloat16_preferred, float32_preferred, with '!' and per layer)",
+               "'disable', comma-separated layer types/names, or a float mode like float16_preferred",
+               unsupported=_float_mode_unsupported, global_of=lambda pl: [])
+register_field("set_qinvariant_for_start_nodes", "", _layer_ids,
+               "layer ids of Input/Constant layers whose values are kept as they are (scale 1, zero point 0: indices)",
+               "comma-separated layer ids like 0 or 0,2")
+register_field("resize_degrade_to_nearest", "false", _bool, "Resize layers use the nearest method instead of their own", _B, per_layer=True)
+register_field("global_calibration", "none", _global_calibration,
+               "OPT's global calibration methods (easy_quant, adaround, ...): parsed, not implemented yet",
+               "none, or methods like easy_quant[...] joined by &", unsupported=_global_calibration_unsupported)
+register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,
+               "OPT's automatic 8/16-bit/float choice per layer: parsed, not implemented yet (batches 0: off)",
+               "batches,threshold,L or G (like 1,0.02,L)", unsupported=_mixed_precision_unsupported)
+register_field("dump", "false", _bool, "write every tensor of the first batch as .npy into dump_dir", _B)
 register_field("dump_dir", "", _text, "folder for dumps; default: <output_dir>/dump", "a folder path", is_path=True)
 register_field("device", "auto", _choice("cpu", "cuda", "auto"), "where forwards run: cpu, cuda, or auto (cuda when available)", "cpu, cuda, auto")
 
 
-class Config:
-    """Parsed field values, as attributes; `source` is the cfg file."""
+# ---- OPT's fields that change nothing off the chip -----------------------------------------
+def _no_effect(name, default, parse, accepts, why, per_layer=False):
+    register_field(name, default, parse, f"no effect in npuopt: {why}", accepts, no_effect=why, per_layer=per_layer)
 
-    def __init__(self, values: Dict[str, object], source: str = "<defaults>"):
+
+_LIB = "a flag for the NPU's operator library, which npuopt does not drive"
+_TILING = "feature-map tiling is decided by the chip's compiler, not by the quantizer"
+_PASS = "npuopt does not run OPT's optional graph passes; the IR's layers are quantized as they are"
+_DS = "dynamic shapes are a matter of the chip's runtime; npuopt writes the IR's static shapes"
+_no_effect("cast_dtypes_for_lib", "false", _bool, _B, _LIB, per_layer=True)
+_no_effect("perf_mode_for_lib", "true", _bool, _B, _LIB, per_layer=True)
+_no_effect("min_compatible_zhouyi_target", "X2", _pattern(r"(z1|z2|z3|x1|x2|x3|x3p|x3s)(_\w*)?"),
+           "Z1, Z2, Z3, X1, X2, X3, X3P, X3S (optionally _<config>)",
+           "npuopt writes one tool chain format; the target's library and compiler are not its concern")
+_no_effect("with_winograd", "false", _bool, _B, "Winograd convolution is an implementation choice of the chip's library", per_layer=True)
+_no_effect("optimize_wdc_for_x2", "false", _bool, _B, "weight compression is done by the chip's compiler", per_layer=True)
+_no_effect("featuremap_tiling_param", "", _pattern(r"|\[(\(\d+,\d+,\d+,\d+\),?)+\]"), "[(i,j,h,w),...]", _TILING)
+_no_effect("featuremap_splits_item_x", "1", _int_in(1, 127), "an integer from 1 to 127", _TILING)
+_no_effect("featuremap_splits_item_y", "1", _int_in(1, 127), "an integer from 1 to 127", _TILING)
+_no_effect("featuremap_splits_concat_blk", "3", _int_in(1, 127), "an integer from 1 to 127", _TILING)
+_no_effect("featuremap_splits_overlap_rate", "50", _float_in(0, 99), "a number from 0 to 99", _TILING)
+_no_effect("featuremap_splits_sram_size", "0", _int_in(0, 8191), "an integer from 0 to 8191", _TILING)
+_no_effect("enable_pass_merge_matmul_mul", "true", _bool, _B, _PASS)
+_no_effect("enable_pass_convert_resize_to_convolution", "false", _bool, _B, _PASS, per_layer=True)
+_no_effect("enable_pass_decompose_nonmonotonic_activations", "false", _bool, _B, _PASS, per_layer=True)
+_no_effect("enable_pass_tune_op_complicated_activations", "[0][0]", _pattern(rf"(\[{_R}(,{_R})*\])+"), "[q,...][a,...]",
+           "it tunes approximations of the chip's library for SiLU/GELU/Swish; npuopt uses its own", per_layer=True)
+_no_effect("enable_pass_tune_op_softmax", "[0][0]", _pattern(rf"(\[{_R}(,{_R})*\])+"), "[q,...][a,...]",
+           "it tunes approximations of the chip's library for Softmax; npuopt uses its own", per_layer=True)
+_no_effect("enable_pass_deeply_set_unquantifiable", "false", _bool, _B, _PASS, per_layer=True)
+_no_effect("enable_pass_split_qkv_fc_in_transformer", "false", _bool, _B, _PASS)
+_no_effect("enable_pass_detect_inf_mask_nodes", "false", _bool, _B, _PASS)
+_no_effect("enable_pass_scaled_dot_product_attention", "false", _bool, _B, _PASS)
+_no_effect("ds_output_shape_constant", "disable", _pattern(r"disable|all|\[[01](,[01])*\]"), "disable, all or [0,1,...]", _DS, per_layer=True)
+_no_effect("ds_parameter_constant", "disable", _choice("disable", "default"), "disable or default", _DS, per_layer=True)
+_no_effect("write_similarity_to_ir", "false", _bool, _B, "per-layer similarity goes to the report json, not into the IR")
+_no_effect("record_debug_acc_info", "false", _bool, _B, "per-layer similarity is always in the report json")
+_no_effect("compat_quantized_model_eliminate_cast", "true", _bool, _B, "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("compat_quantized_model_strategy", "8bSymWeightUnchange",
+           _choice("8bsymweightunchange", "8basymweightto16bsymweight", "sym", "asym", "fasymp", "fsym"),
+           "8bSymWeightUnchange, 8bAsymWeightTo16bSymWeight, sym, asym, fasymp, fsym",
+           "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("compat_quantized_model_int8_to_uint8", "false", _bool, _B, "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("compat_quantized_model_ops", "", _text, "layer types", "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("compat_quantized_model_unify_shifts_mode", "auto", _choice("max", "mean", "auto", "none", "entropy"),
+           "max, mean, auto, none, entropy", "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("compat_quantized_model_left_shift_bits", "8", _int_in(2, 15), "an integer from 2 to 15",
+           "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("compat_quantized_model_simplify_dequantize_quantize", "true", _bool, _B,
+           "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("compat_quantized_model_force_weight_asym", "false", _bool, _B,
+           "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("weight_block_size", "256", _int_in(1, 1 << 20), "an integer >= 1",
+           "it only sizes per-block quantization, which npuopt does not implement yet", per_layer=True)
+_no_effect("activation_block_size", "256", _int_in(1, 1 << 20), "an integer >= 1",
+           "it only sizes per-block quantization, which npuopt does not implement yet", per_layer=True)
+
+
+# ---- OPT's fields whose non-default values npuopt does not implement yet -------------------
+def _not_yet(name, default, parse, accepts, help, what, per_layer=False):
+    register_field(name, default, parse, help, accepts, unsupported=_not_default(what), per_layer=per_layer)
+
+
+_not_yet("qconfig", "", _text, "a QConfig plugin name", "OPT's QConfig plugins (per-layer settings by a script)",
+         "a qconfig plugin; npuopt sets per-layer settings with the per-layer cfg syntax and opt_config")
+_not_yet("bias_effective_bits", "", lambda s: _int_in(16, 48)(s) if s.strip() else "", "empty or an integer from 16 to 48",
+         "high bits of biases that take part in the computation (the rest zeroed)", "bias_effective_bits (zeroing low bias bits)",
+         per_layer=True)
+_not_yet("bias_effective_bits_auto_adaption", "false", _bool, _B, "search bias_bits against bias_effective_bits",
+         "bias_effective_bits_auto_adaption", per_layer=True)
+_not_yet("remain_shift", "", lambda s: _int_in(0, 32)(s) if s.strip() else "", "empty or an integer from 0 to 32",
+         "the AIFF ahead-shift split of Convolution/FullyConnected/MatMul rescales", "remain_shift", per_layer=True)
+_not_yet("force_dtype_int", "false", _bool, _B, "force signed integer outputs", "force_dtype_int", per_layer=True)
+_not_yet("force_shift_positive", "false", _bool, _B, "force non-negative rescale shifts", "force_shift_positive", per_layer=True)
+_not_yet("fake_quant_scopes_for_debug", "", _pattern(r"|\[(\(\d+,\d+\),?)+\]"), "[(i,j),...]",
+         "layer-id ranges run in float inside the quantized forward (debugging)", "fake_quant_scopes_for_debug")
+_not_yet("fake_quant_operators_for_debug", "", _text, "layer types", "layer types run in float inside the quantized forward (debugging)",
+         "fake_quant_operators_for_debug")
+_not_yet("unify_scales_for_concat", "false", _bool, _B, "give a Concat's input branches one scale", "unify_scales_for_concat")
+register_field("unify_scales_for_concat_threshold", "1.05", _float_in(1.0, float("inf")),
+               "with unify_scales_for_concat: scales within this ratio count as equal", "a number >= 1")
+register_field("unify_scales_for_concat_max_depth", "20", _int_in(1, 1 << 20),
+               "with unify_scales_for_concat: how far back branches are searched", "an integer >= 1")
+_not_yet("unify_scales_for_multi_inputs_operators", "",
+         _pattern(rf"|\[(\(\w+,\d+,{_R},(max|min|avg|out|skip),?\),?)+\]"),
+         "[(Type, depth, threshold, max|min|avg|out|skip), ...]", "give the input branches of the listed types one scale",
+         "unify_scales_for_multi_inputs_operators", per_layer=True)
+_not_yet("unify_scales_for_kvc_concat", "false", _bool, _B, "steady the scales of self-regressive (KV cache) Concat layers",
+         "unify_scales_for_kvc_concat", per_layer=True)
+register_field("activation_perchannel_min_elements", "1", _int_in(1, 1 << 30),
+               "fewest elements per channel for per-channel activations", "an integer >= 1",
+               unsupported=lambda v: "" if v == 1 else "activation_perchannel_min_elements other than 1 is not "
+                                                       "implemented in npuopt yet")
+_not_yet("regularize_activation_perchannel_scales", "disable", _choice("disable", "enable"), "disable or enable",
+         "regularize per-channel activation scales", "regularize_activation_perchannel_scales", per_layer=True)
+_not_yet("ignore_missing_statistic", "false", _bool, _B, "fill statistics missing from statistic_file from neighbours",
+         "ignore_missing_statistic", per_layer=True)
+_not_yet("modify_batch_dim", "false", _false_or_count, "false or an integer >= 1", "rewrite the graph's batch size",
+         "modify_batch_dim")
+_not_yet("export_parallel_batch", "false", _false_or_count, "false or an integer >= 1",
+         "copy the graph n times behind a Split", "export_parallel_batch")
+_not_yet("compat_quantized_model", "false", _bool, _B, "import an already quantized model",
+         "compat_quantized_model (npuopt reads float IRs only)")
+_not_yet("enable_ds", "false", _bool, _B, "write dynamic-shape fields into the IR", "enable_ds (dynamic shapes)", per_layer=True)
+
+
+class Config:
+    """Parsed field values, as attributes; `source` is the cfg file; `per_layer` holds the
+    fields given in the per-layer form (their attribute is the global value)."""
+
+    def __init__(self, values: Dict[str, object], source: str = "<defaults>", per_layer=None, given=()):
         self.__dict__.update(values)
         self.source = source
+        self.per_layer: Dict[str, PerLayer] = dict(per_layer or {})
+        self.given = set(given)
 
     def as_dict(self) -> Dict[str, object]:
-        return {k: v for k, v in self.__dict__.items() if k != "source"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("source", "per_layer", "given")}
+
+    def of(self, name: str, node):
+        """The value of field `name` for layer `node`."""
+        pl = self.per_layer.get(name)
+        return pl.get(node) if pl is not None else getattr(self, name)
 
 
 def parse_field(name: str, text: str, source: str, base_dir: str = "."):
@@ -167,14 +580,30 @@ def parse_field(name: str, text: str, source: str, base_dir: str = "."):
     if field.is_path and text:
         text = os.path.normpath(os.path.join(base_dir, os.path.expanduser(text)))
     try:
-        return field.parse(text) if (text or field.parse is _text) else field.parse(field.default)
+        value = field.parse(text) if (text or field.parse is _text) else field.parse(field.default)
     except ValueError:
         raise ConfigError(f"{source}: field '{name}': '{text}' is not accepted; expects {field.accepts}") from None
+    if field.unsupported is not None:
+        for v in (value.values() if isinstance(value, PerLayer) else [value]):
+            why = field.unsupported(v)
+            if why:
+                raise ConfigError(f"{source}: field '{name}': {why}")
+    return value
 
 
 def defaults(base_dir: str = ".") -> Config:
     """Every field at its default; relative default paths are taken from `base_dir`, as if written there."""
-    return Config({name: parse_field(name, f.default, "<defaults>", base_dir) for name, f in FIELDS.items()})
+    values = {}
+    for name, f in FIELDS.items():
+        value = parse_field(name, f.default, "<defaults>", base_dir)
+        values[name] = _plain(f, value)
+    return Config(values)
+
+
+def _plain(field: Field, value):
+    if not isinstance(value, PerLayer):
+        return value
+    return field.global_of(value) if field.global_of else value.default
 
 
 _current: Config = None
@@ -187,12 +616,13 @@ def current_config() -> Config:
 
 
 def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
+    from .logger import OPT_INFO
     if os.path.isdir(path):
         raise ConfigError(f"cfg file '{path}' is a folder, not a file")
     if not os.path.isfile(path):
         raise ConfigError(f"cfg file '{path}' not found")
     parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
-    parser.optionxform = str
+    parser.optionxform = str.lower  # names are case-insensitive, as in the Compass Optimizer
     try:
         parser.read(path, encoding="utf-8")
     except configparser.Error as e:
@@ -205,14 +635,28 @@ def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
         raise ConfigError(f"{path}: no [Common] section")
     base_dir = os.path.dirname(os.path.abspath(path))
     values = defaults(base_dir).as_dict()
-    for name, text in parser["Common"].items():
-        values[name] = parse_field(name, text, path, base_dir)
-    for name, text in (overrides or {}).items():
-        values[name] = parse_field(name, text, "--set", os.getcwd())
+    per_layer = {}
+    given = []
+    items = [(name, text, path, base_dir) for name, text in parser["Common"].items()]
+    items += [(name.strip().lower(), text, "--set", os.getcwd()) for name, text in (overrides or {}).items()]
+    for name, text, source, folder in items:
+        value = parse_field(name, text, source, folder)
+        values[name] = _plain(FIELDS[name], value)
+        if isinstance(value, PerLayer):
+            per_layer[name] = value
+        else:
+            per_layer.pop(name, None)
+        given.append(name)
     if not values["graph"]:
         raise ConfigError(f"{path}: field 'graph' is required (the float IR's .txt)")
+    if values.get("quant_ir_name"):
+        values["out_ir_name"] = values["quant_ir_name"]
+    for name in dict.fromkeys(given):
+        why = FIELDS[name].no_effect
+        if why:
+            OPT_INFO(f"cfg field '{name}' is accepted and has no effect in npuopt: {why}")
     global _current
-    _current = Config(values, path)
+    _current = Config(values, path, per_layer, given)
     return _current
 
 

@@ -109,9 +109,45 @@ def worker_error(message: str):
     return m.group(2), m.group(1), text
 
 
-def batches(dataset, name: str, batch_size: int, workers: int) -> Iterator:
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers,
-                        collate_fn=_Collate(name))
+def collate_of(dataset):
+    """The dataset's own `collate_fn` when its plugin defines one (used as the Compass
+    Optimizer does, e.g. for data whose batch axis is not the first), else None."""
+    fn = getattr(dataset, "collate_fn", None)
+    return fn if callable(fn) else None
+
+
+def set_batch_dims(cfg) -> None:
+    """data_batch_dim / label_batch_dim set on the dataset plugin class, where its
+    collate_fn and __getitem__ read them, as the Compass Optimizer does."""
+    cls = PLUGINS[PluginType.Dataset].get(cfg.dataset)
+    if cls is None:
+        return
+    for key in ("data_batch_dim", "label_batch_dim"):
+        try:
+            setattr(cls, key, getattr(cfg, key))
+        except (AttributeError, TypeError):
+            pass
+    if (cfg.data_batch_dim or cfg.label_batch_dim) and not callable(getattr(cls, "collate_fn", None)):
+        from .logger import OPT_WARN
+        OPT_WARN(f"data_batch_dim/label_batch_dim are not 0 but dataset '{cfg.dataset}' defines no collate_fn: "
+                 f"batches are stacked on axis 0")
+
+
+def metric_report(metric) -> str:
+    """What a metric plugin's own report() says ('' when it keeps the interface's default)."""
+    from .metric import OptBaseMetric
+    report = getattr(type(metric), "report", None)
+    if report is None or report is OptBaseMetric.report:
+        return ""
+    try:
+        return one_line(str(metric.report()))
+    except Exception as e:
+        raise PluginError(f"metric '{type(metric).__name__}'.report() failed: {type(e).__name__}: {e}") from None
+
+
+def batches(dataset, name: str, batch_size: int, workers: int, shuffle: bool = False, collate_fn=None) -> Iterator:
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
+                        collate_fn=collate_fn or _Collate(name))
     try:
         for batch in loader:
             yield batch
@@ -129,8 +165,11 @@ def batches(dataset, name: str, batch_size: int, workers: int) -> Iterator:
                            f"{one_line(text)}") from None
 
 
-def split_batch(batch, inputs: Sequence[PyTensor], name: str, device) -> Tuple[List[torch.Tensor], object]:
-    """(samples, labels) of one batch, samples checked against the graph's inputs."""
+def split_batch(batch, inputs: Sequence[PyTensor], name: str, device, batch_dim: int = 0,
+                without_batch_dim: bool = False) -> Tuple[List[torch.Tensor], object]:
+    """(samples, labels) of one batch, samples checked against the graph's inputs: shaped
+    as the IR's input but for the batch axis (`batch_dim`; without_batch_dim: the IR's
+    shape has no batch axis and the data adds one in front)."""
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
         samples, labels = batch
     else:
@@ -150,9 +189,12 @@ def split_batch(batch, inputs: Sequence[PyTensor], name: str, device) -> Tuple[L
         except (TypeError, ValueError, RuntimeError):
             raise DatasetError(f"dataset '{name}' yields a {type(s).__name__} for input '{t.name}', "
                                f"not an array of numbers") from None
-        if tuple(s.shape[1:]) != tuple(t.ir_shape[1:]):
-            raise DatasetError(f"dataset '{name}' yields shape {list(s.shape[1:])} per sample for input "
-                               f"'{t.name}'; the IR says {list(t.ir_shape[1:])} (without the batch axis)")
+        axis = 0 if without_batch_dim else batch_dim
+        got = [d for i, d in enumerate(s.shape) if i != axis]
+        want = list(t.ir_shape) if without_batch_dim else [d for i, d in enumerate(t.ir_shape) if i != axis]
+        if got != want:
+            raise DatasetError(f"dataset '{name}' yields shape {got} per sample for input "
+                               f"'{t.name}'; the IR says {want} (without the batch axis)")
         if (s.dtype == torch.bool and t.dtype is not Dtype.BOOL) or s.dtype.is_complex:
             raise DatasetError(f"dataset '{name}' yields {s.dtype} values for input '{t.name}'; expected "
                                f"real numbers (integers or floats)")

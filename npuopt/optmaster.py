@@ -9,6 +9,7 @@ quantized graph; 9 write <out_ir_name>_o.txt/.bin and <out_ir_name>_opt_template
 Without `calibration_data` (and no statistic_file to load) only the float
 steps run.
 """
+import contextlib
 import json
 import os
 import time
@@ -18,14 +19,16 @@ import torch
 from tqdm import tqdm
 
 from .config import Config
-from .data import batches, make_dataset, make_metrics, split_batch
+from .data import batches, collate_of, make_dataset, make_metrics, metric_report, set_batch_dims, split_batch
 from .errors import ConfigError
 from .ir import read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
 from .passes import run_stage1
 from .plugins import load_plugins
+from .quant.quantizer import Calibrator
+from .quant.settings import apply_cfg_per_layer
+from .quant.statistics import Statistics
 
-SIMILARITY_SAMPLES = 4
 
 
 def select_device(name: str) -> torch.device:
@@ -73,10 +76,14 @@ class OptMaster:
         self.graph.to(self.device)
         self.graph.zero_forward(device=self.device)
         OPT_INFO("zero-input forward: every layer ran and every shape matches the IR")
+        if self.cfg.dataset:
+            set_batch_dims(self.cfg)
         if self.cfg.dataset and self.cfg.data:
             self.check_metric_data()
         stats_file = self.cfg.statistic_file
-        if self.cfg.calibration_data or (stats_file and os.path.isfile(stats_file)):
+        if self.cfg.skip_optimization:
+            OPT_INFO("skip_optimization: no calibration, quantization nor IR written")
+        elif self.cfg.calibration_data or (stats_file and os.path.isfile(stats_file)):
             run_stage1_passes(self.graph)
             self.graph.zero_forward(device=self.device)
             self.calibrate()
@@ -100,16 +107,16 @@ class OptMaster:
         metrics = make_metrics(cfg.metric)  # unknown metrics and bad arguments, before any forward
         n = min(len(self.metric_dataset), cfg.metric_batch_size, 2)
         probe = torch.utils.data.Subset(self.metric_dataset, range(n))
-        batch = next(batches(probe, cfg.dataset, n, 0))
-        inputs, labels = split_batch(batch, self.graph.input_tensors, cfg.dataset, self.device)
-        outputs = self.graph.forward(inputs)
+        batch = next(batches(probe, cfg.dataset, n, 0, collate_fn=collate_of(self.metric_dataset)))
+        inputs, labels = self.split(batch)
+        outputs = self.forward(self.graph, inputs)
         for _, metric in metrics:
             metric.reset()
             metric(outputs, labels)
 
     # ---- steps 4-5 ---------------------------------------------------------
     def calibrate(self) -> None:
-        from .quant.quantizer import Calibrator, attach_statistics
+        from .quant.quantizer import attach_statistics
         from .quant.statistics import load_statistics, save_statistics
         cfg = self.cfg
         path = cfg.statistic_file
@@ -120,16 +127,23 @@ class OptMaster:
             if not cfg.dataset:
                 raise ConfigError("field 'dataset' is required to read calibration_data")
             dataset = make_dataset(cfg.dataset, cfg.calibration_data)
-            total = -(-len(dataset) // cfg.calibration_batch_size)
-            calibrator = Calibrator(self.graph, cfg.histc_bins, cfg.running_statistic_momentum)
-            feed = (split_batch(b, self.graph.input_tensors, cfg.dataset, self.device)[0]
-                    for b in tqdm(batches(dataset, cfg.dataset, cfg.calibration_batch_size, cfg.dataloader_workers),
+            size = self.batch_size(cfg.calibration_batch_size)
+            total = -(-len(dataset) // size)
+            calibrator = LayerCalibrator(self.graph, cfg)
+            feed = (self.graph_inputs(self.split(b)[0])
+                    for b in tqdm(batches(dataset, cfg.dataset, size, cfg.dataloader_workers,
+                                          shuffle=cfg.calibration_shuffe, collate_fn=collate_of(dataset)),
                                   total=total, desc="calibration", unit="batch"))
             stats = calibrator.run(feed)
             OPT_INFO(f"calibration: {len(dataset)} samples, statistics of {len(stats)} tensors")
             if path:
                 save_statistics(path, stats, {"model": self.model_name, "samples": len(dataset)})
                 OPT_INFO(f"statistics saved to '{path}'")
+            if cfg.save_statistic_info:
+                os.makedirs(cfg.output_dir, exist_ok=True)
+                info = os.path.join(cfg.output_dir, f"{self.model_name}_statistic_info.npy")
+                save_statistics(info, stats, {"model": self.model_name, "samples": len(dataset)})
+                OPT_INFO(f"save_statistic_info: statistics saved to '{info}'")
         attach_statistics(self.graph, stats)
         self.report["calibration"] = {"statistic_file": path or None}
 
@@ -138,8 +152,15 @@ class OptMaster:
         from .quant.quantizer import build_quantized_graph, float_layers, layer_settings, write_template
         cfg = self.cfg
         self.settings = layer_settings(cfg, self.graph, cfg.opt_config)
+        for field, keys in apply_cfg_per_layer(cfg, self.graph.nodes, self.settings).items():
+            OPT_WARN(f"cfg field '{field}': per-layer part(s) {', '.join(keys)} name no layer of the graph")
+        modes = cfg.per_layer.get("trigger_float_op")
+        if modes is not None and any(m != "disable" for m in modes.values()):
+            OPT_INFO("trigger_float_op: layers in a float mode are kept in float; npuopt computes and "
+                     "writes them in float32 (it does not emulate float16/bfloat16)")
         keep = float_layers(self.graph, self.settings)
-        self.qgraph, keep = build_quantized_graph(self.graph, self.settings, keep)
+        with quantized_graph_edits(self.graph, cfg):
+            self.qgraph, keep = build_quantized_graph(self.graph, self.settings, keep)
         self.qgraph.to(self.device)
         self.qgraph.zero_forward(device=self.device)
         OPT_INFO(f"quantized {sum(n.quantized for n in self.qgraph.nodes)} layers; kept in float: "
@@ -161,7 +182,11 @@ class OptMaster:
         dataset = self.metric_dataset
         if dataset is None:
             dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
-        graphs = [("float", self.graph)] + ([("quant", self.qgraph)] if self.qgraph is not None else [])
+        graphs = ([("float", self.graph)] if cfg.eval_original_model else []) + \
+            ([("quant", self.qgraph)] if self.qgraph is not None and cfg.eval_optimized_model else [])
+        if not graphs:
+            OPT_INFO("eval_original_model and eval_optimized_model are false (or nothing was quantized): no metrics")
+            return
         metrics = {kind: make_metrics(cfg.metric) for kind, _ in graphs}
         for ms in metrics.values():
             for _, m in ms:
@@ -170,16 +195,18 @@ class OptMaster:
         agreement = [_Agreement() for _ in self.graph.output_tensors]
         dumped = not cfg.dump
         samples, first = 0, None
-        total = -(-len(dataset) // cfg.metric_batch_size)
-        desc = "float + quantized forward" if self.qgraph is not None else "float forward"
-        for batch in tqdm(batches(dataset, cfg.dataset, cfg.metric_batch_size, cfg.dataloader_workers),
+        size = self.batch_size(cfg.metric_batch_size)
+        total = -(-len(dataset) // size)
+        desc = " + ".join({"float": "float", "quant": "quantized"}[k] for k, _ in graphs) + " forward"
+        float_outputs = None
+        for batch in tqdm(batches(dataset, cfg.dataset, size, cfg.dataloader_workers, collate_fn=collate_of(dataset)),
                           total=total, desc=desc, unit="batch"):
-            inputs, labels = split_batch(batch, self.graph.input_tensors, cfg.dataset, self.device)
+            inputs, labels = self.split(batch)
             if first is None:
-                first = [x[:SIMILARITY_SAMPLES] for x in inputs]
+                first = [x[:cfg.similarity_data_num] for x in inputs]
             for kind, graph in graphs:
                 keep = kind == "float" and not dumped
-                outputs = graph.forward(inputs, keep_tensors=keep)
+                outputs = self.forward(graph, inputs, keep_tensors=keep)
                 if keep:
                     self.dump_tensors()
                     dumped = True
@@ -189,8 +216,9 @@ class OptMaster:
                     float_outputs = outputs
                 else:
                     outputs = [dequantized(t, v) for t, v in zip(graph.output_tensors, outputs)]
-                    for a, f, q in zip(agreement, float_outputs, outputs):
-                        a.add(f, q)
+                    if float_outputs is not None:
+                        for a, f, q in zip(agreement, float_outputs, outputs):
+                            a.add(f, q)
                 for spec, m in metrics[kind]:
                     m(outputs, labels)
             samples += inputs[0].shape[0]
@@ -200,7 +228,11 @@ class OptMaster:
                 value = float(m.compute())
                 self.report["metrics"][kind][spec] = value
                 OPT_INFO(f"{kind} {spec}: {value:.6f}")
-        if self.qgraph is not None:
+                shown = metric_report(m)
+                if shown:
+                    OPT_INFO(f"{kind} {spec} report: {shown}")
+        kinds = [k for k, _ in graphs]
+        if kinds == ["float", "quant"]:
             self.report["metrics"]["drop"] = {spec: self.report["metrics"]["float"][spec] - v
                                               for spec, v in self.report["metrics"]["quant"].items()}
             self.report["agreement"] = {t.name: a.fraction() for t, a in zip(self.graph.output_tensors, agreement)}
@@ -211,10 +243,28 @@ class OptMaster:
             for r in rows[:5]:
                 OPT_INFO(f"similarity (worst first): layer '{r['layer']}' ({r['type']}): "
                          f"cosine {r['cosine']:.6f}, mse {r['mse']:.6g}")
-        for t, s in zip(self.graph.output_tensors, stats):
+        for t, s in zip(self.graph.output_tensors, stats if "float" in kinds else []):
             self.report["outputs"][t.name] = s.as_dict()
             OPT_INFO(f"output '{t.name}': {s.describe()}")
         self.report["samples"] = samples
+
+    # ---- batches as the cfg says (without_batch_dim, data_batch_dim) -------------
+    def batch_size(self, size: int) -> int:
+        """without_batch_dim: one sample a batch, as the Compass Optimizer does."""
+        return 1 if self.cfg.without_batch_dim else size
+
+    def split(self, batch):
+        return split_batch(batch, self.graph.input_tensors, self.cfg.dataset, self.device,
+                           batch_dim=self.cfg.data_batch_dim, without_batch_dim=self.cfg.without_batch_dim)
+
+    def graph_inputs(self, inputs):
+        """without_batch_dim: the graph takes the sample without the batch axis."""
+        return [x[0] for x in inputs] if self.cfg.without_batch_dim else inputs
+
+    def forward(self, graph, inputs, **kwargs):
+        """The graph's outputs, batch first (without_batch_dim: a batch axis of 1 added back)."""
+        outputs = graph.forward(self.graph_inputs(inputs), **kwargs)
+        return [o.unsqueeze(0) for o in outputs] if self.cfg.without_batch_dim else outputs
 
     def dump_tensors(self) -> None:
         folder = self.cfg.dump_dir or os.path.join(self.cfg.output_dir, "dump")
@@ -273,3 +323,81 @@ class _Agreement:
 
     def fraction(self) -> float:
         return self.same / self.count if self.count else 0.0
+
+
+class LayerCalibrator(Calibrator):
+    """Calibration with the cfg's per-layer running_statistic_momentum and histc_bins, and
+    trim_infinity_before_statistic: statistics see the tensor clipped as asked (clip: to
+    [lo, hi]; second: to the extreme values strictly inside (min(lo, 0), max(hi, 0))),
+    while the forward goes on with the tensor unchanged."""
+
+    def __init__(self, graph, cfg):
+        super().__init__(graph, cfg.histc_bins, cfg.running_statistic_momentum)
+        self.trims = {}
+        for node in graph.nodes:
+            bins, momentum = cfg.of("histc_bins", node), cfg.of("running_statistic_momentum", node)
+            for t in node.outputs:
+                self.stats[t.name] = Statistics(bins, momentum)
+            trim = cfg.of("trim_infinity_before_statistic", node)
+            if trim != ("clip", float("-inf"), float("inf")):
+                self.trims[node.name] = trim
+
+    def observe(self, node) -> None:
+        trim = self.trims.get(node.name)
+        if trim is None:
+            return super().observe(node)
+        kept = [t.betensor for t in node.outputs]
+        try:
+            for t in node.outputs:
+                if t.betensor.is_floating_point():
+                    t.betensor = trimmed(t.betensor, *trim)
+            super().observe(node)
+        finally:
+            for t, v in zip(node.outputs, kept):
+                t.betensor = v
+
+
+def trimmed(x: torch.Tensor, mode: str, lo: float, hi: float) -> torch.Tensor:
+    if mode == "clip":
+        return x.clamp(lo, hi)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    inside = x[(x > lo) & (x < hi)]
+    if inside.numel() == 0:
+        return torch.zeros_like(x)
+    return x.clamp(min(inside.min().item(), 0.0), max(inside.max().item(), 0.0))
+
+
+@contextlib.contextmanager
+def quantized_graph_edits(graph, cfg):
+    """What the cfg changes in the quantized graph only, made on the float graph while
+    the quantized copy is built, then undone (the float graph's metrics stay as they were):
+    set_qinvariant_for_start_nodes: those Input/Constant layers' float values are taken
+    as integers (int32, scale 1, zero point 0), as for index inputs;
+    resize_degrade_to_nearest: Resize/Interp layers use the nearest method."""
+    from .dtype import Dtype
+    undo = []
+    wanted = set(cfg.set_qinvariant_for_start_nodes or [])
+    degraded = []
+    for node in graph.nodes:
+        if node.type in ("Input", "Constant") and node.layer_id in wanted:
+            wanted.discard(node.layer_id)
+            for t in node.outputs:
+                if t.dtype.is_float:
+                    undo.append((t, t.dtype, t.qinvariant))
+                    t.dtype, t.qinvariant = Dtype.INT32, True
+        if node.type in ("Resize", "Interp") and cfg.of("resize_degrade_to_nearest", node) \
+                and str(node.params.get("method", "")).upper() != "NEAREST":
+            degraded.append((node, node.params.get("method")))
+            node.params["method"] = "NEAREST"
+    if wanted:
+        OPT_WARN(f"set_qinvariant_for_start_nodes: layer id(s) {sorted(wanted)} are no Input/Constant layer")
+    if degraded:
+        OPT_INFO(f"resize_degrade_to_nearest: {len(degraded)} layer(s) resize with NEAREST in the quantized "
+                 f"graph: {', '.join(n.name for n, _ in degraded[:5])}")
+    try:
+        yield
+    finally:
+        for t, dtype, qinvariant in undo:
+            t.dtype, t.qinvariant = dtype, qinvariant
+        for node, method in degraded:
+            node.params["method"] = method

@@ -89,7 +89,7 @@ def test_unknown_field_with_nothing_close_points_to_field_list(tmp_path):
 
 @pytest.mark.parametrize("field, value, accepts", [
     ("weight_bits", "8.5", "an integer from 2 to 16"),
-    ("activation_bits", "12", "8 or 16"),
+    ("activation_bits", "7", "an integer from 8 to 16"),
     ("device", "tpu", "cpu, cuda, auto"),
     ("dump", "maybe", "true or false"),
     ("calibration_strategy_for_activation", "99.9", "<P>percentile"),

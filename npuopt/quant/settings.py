@@ -1,7 +1,10 @@
-"""A layer's effective quantization settings: the cfg's fields, overridden per
-layer by the JSON opt_config."""
+"""A layer's effective quantization settings: the cfg's fields (with their per-layer
+forms), overridden per layer by the JSON opt_config."""
+import json
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, fields
+from typing import Dict, List
 
 
 @dataclass
@@ -46,3 +49,51 @@ class QuantMethod:
 
 def settings_of(node) -> QuantSettings:
     return node.attrs.get("qsettings") or QuantSettings()
+
+
+def opt_config_keys(path: str) -> Dict[str, set]:
+    """{layer: keys it sets} of a JSON opt_config (empty when there is none): what the
+    opt_config sets wins over the cfg's per-layer forms, as in the Compass Optimizer.
+    The file's errors are reported where the opt_config is read and validated."""
+    if not path or not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {k: set(v) for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def apply_cfg_per_layer(cfg, nodes, settings: Dict[str, QuantSettings]) -> Dict[str, List[str]]:
+    """Put the cfg's per-layer values (`x & <[Type]:y>`, quant_type, OPT's float modes)
+    into each layer's settings. Returns {field: per-layer keys that named no layer}."""
+    from ..config import QUANT_TYPE_BITS
+    nodes = list(nodes)
+    fixed = opt_config_keys(getattr(cfg, "opt_config", ""))
+    names = set(QuantSettings.names())
+    per_layer = getattr(cfg, "per_layer", {})
+    derive_multiplier = not getattr(cfg, "multiplier_bits", 0) and "multiplier_bits" not in per_layer
+    for node in nodes:
+        st = settings.get(node.name)
+        if st is None:
+            continue
+        own = fixed.get(node.name, set())
+
+        def put(key, value):
+            if key not in own:
+                setattr(st, key, value)
+        bits = QUANT_TYPE_BITS.get(cfg.of("quant_type", node)) if hasattr(cfg, "quant_type") else None
+        if bits is not None:
+            for key, value in zip(("activation_bits", "weight_bits", "bias_bits", "lut_items_in_bits"), bits):
+                put(key, value)
+        for key, pl in per_layer.items():
+            if key == "trigger_float_op":
+                put(key, pl.get(node) != "disable")
+            elif key in names:
+                hit, value = pl.local(node)
+                if hit:
+                    put(key, value)
+        if derive_multiplier and "multiplier_bits" not in own:
+            st.multiplier_bits = min(int(st.activation_bits), 15)
+    return {key: pl.unmatched(nodes) for key, pl in per_layer.items() if pl.unmatched(nodes)}
