@@ -2,11 +2,47 @@
 from collections import OrderedDict
 from typing import Dict, List
 
+import torch
+
 from .errors import GraphError, IRError
 from .registry import OP_FORWARDS, OP_QUANTIZERS
 from .tensor import PyTensor
 
 _MISSING = object()
+
+# attrs the Compass Optimizer's framework sets on every layer, derived here from what
+# npuopt knows: the layer's effective settings (cfg + opt_config) and its tensors
+_FROM_SETTINGS = {
+    "q_bits_activation": "activation_bits", "q_bits_weight": "weight_bits", "q_bits_bias": "bias_bits",
+    "q_mode_activation": "quantize_method_for_activation", "q_mode_weight": "quantize_method_for_weight",
+    "q_strategy_activation": "calibration_strategy_for_activation",
+    "q_strategy_weight": "calibration_strategy_for_weight", "lut_items_in_bits": "lut_items_in_bits",
+    "multiplier_bits": "multiplier_bits", "histc_bins": "histc_bins",
+    "force_dtype_int": "force_dtype_int", "force_shift_positive": "force_shift_positive",
+    "trigger_float_op": "trigger_float_op",
+}
+_DERIVED = set(_FROM_SETTINGS) | {"layer_id", "current_batch_size", "batch_size_in_IR"}
+
+
+class NodeAttrs(dict):
+    """A layer's attrs: what was set, else the Compass Optimizer's standard keys derived
+    from the layer (q_bits_*/q_mode_*/q_strategy_* and lut_items_in_bits from its
+    settings, layer_id, current_batch_size, batch_size_in_IR)."""
+
+    def __init__(self, node: "PyNode"):
+        super().__init__()
+        self._node = node
+
+    def __missing__(self, key):
+        if key not in _DERIVED:
+            raise KeyError(key)
+        return self._node._derived_attr(key)
+
+    def __contains__(self, key):
+        return dict.__contains__(self, key) or key in _DERIVED
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
 
 
 class PyNode:
@@ -25,17 +61,63 @@ class PyNode:
         self.constants: Dict[str, PyTensor] = OrderedDict()
         self.inputs: List[PyTensor] = []
         self.outputs: List[PyTensor] = []
-        self.attrs: Dict[str, object] = {}
+        self.attrs: Dict[str, object] = NodeAttrs(self)
         self.placeholders: List[PyTensor] = []
         self.quantized = False
 
-    def get_param(self, key: str, default=_MISSING):
-        """A param's value; a missing required one is an IRError naming the layer."""
+    def get_param(self, key: str, default=_MISSING, *, optional: bool = False, default_value=None):
+        """A param's value; a missing one is `default` (or `default_value` when
+        `optional`, the Compass Optimizer's spelling), else an IRError naming the layer."""
         if key in self.params:
             return self.params[key]
+        if optional:
+            return default_value
         if default is _MISSING:
             raise IRError(f"layer '{self.name}' ({self.type}): missing parameter '{key}'")
         return default
+
+    def get_attrs(self, key: str, *, optional: bool = False, default_value=None):
+        """An attr's value, as get_param reads params."""
+        if key in self.attrs:
+            return self.attrs[key]
+        if optional:
+            return default_value
+        raise GraphError(f"layer '{self.name}' ({self.type}): missing attr '{key}'")
+
+    def _derived_attr(self, key: str):
+        if key == "layer_id":
+            return str(self.layer_id) if self.layer_id is not None else "-1"
+        if key in ("current_batch_size", "batch_size_in_IR"):
+            for t in list(self.inputs) + list(self.outputs):
+                shape = t.ir_shape if key == "batch_size_in_IR" else t.betensor.shape
+                if len(shape):
+                    return int(shape[0])
+            return 1
+        from .quant.settings import settings_of
+        return getattr(settings_of(self), _FROM_SETTINGS[key], False)
+
+    # flags the Compass Optimizer keeps in attrs
+    approximated = property(lambda self: bool(dict.get(self.attrs, "approximated", False)),
+                            lambda self, v: self.attrs.__setitem__("approximated", v))
+    force_dtype_int = property(lambda self: bool(self.attrs["force_dtype_int"]),
+                               lambda self, v: self.attrs.__setitem__("force_dtype_int", v))
+    force_shift_positive = property(lambda self: bool(self.attrs["force_shift_positive"]),
+                                    lambda self, v: self.attrs.__setitem__("force_shift_positive", v))
+    current_batch_size = property(lambda self: self.attrs["current_batch_size"],
+                                  lambda self, v: self.attrs.__setitem__("current_batch_size", v))
+    unquantifiable = property(lambda self: bool(self.params.get("unquantifiable", False)),
+                              lambda self, v: self.params.__setitem__("unquantifiable", v))
+
+    def replace_input_temporarily(self, idx: int, t: PyTensor) -> PyTensor:
+        """Put `t` in place of input `idx` (clamped to the inputs); returns the old one."""
+        k = max(0, min(idx if idx >= 0 else len(self.inputs) + idx, len(self.inputs) - 1))
+        old, self.inputs = self.inputs[k], list(self.inputs[:k]) + [t] + list(self.inputs[k + 1:])
+        return old
+
+    def replace_output_temporarily(self, idx: int, t: PyTensor) -> PyTensor:
+        k = max(0, min(idx if idx >= 0 else len(self.outputs) + idx, len(self.outputs) - 1))
+        old, self.outputs = self.outputs[k], list(self.outputs[:k]) + [t] + list(self.outputs[k + 1:])
+        return old
 
     def get_constant(self, key: str) -> PyTensor:
         if key not in self.constants:
@@ -46,13 +128,33 @@ class PyNode:
         fn = OP_FORWARDS.get(self.type)
         if fn is None:
             raise GraphError(f"layer '{self.name}': no forward function registered for layer type '{self.type}'")
-        return fn(self, *args)
+        self._own_outputs()
+        out = fn(self, *args)
+        if not self.quantized and self.placeholders:
+            self._observe_placeholders()
+        return out
 
     def quantize(self, *args):
         fn = OP_QUANTIZERS.get(self.type)
         if fn is None:
             raise GraphError(f"layer '{self.name}': no quantize function registered for layer type '{self.type}'")
+        self._own_outputs()
         return fn(self, *args)
+
+    def _own_outputs(self) -> None:
+        for t in list(self.outputs) + list(self.placeholders):
+            t.pnode = self
+
+    def _observe_placeholders(self) -> None:
+        """Placeholders (a layer's internal tensors) gather statistics on every float
+        forward, so that a quantize function finds them calibrated like outputs."""
+        from .quant.statistics import Statistics
+        from .quant.settings import settings_of
+        for t in self.placeholders:
+            if isinstance(t.betensor, torch.Tensor) and t.betensor.is_floating_point() and t.betensor.numel():
+                if t.statistics is None:
+                    t.statistics = Statistics(settings_of(self).histc_bins)
+                t.statistics.update(t.betensor)
 
     def __repr__(self) -> str:
         return f"PyNode({self.name!r}, {self.type})"

@@ -1,18 +1,32 @@
 """Finding and importing plugin files.
 
 Searched in order: the built-in `plugins/` (installed as the package
-`npuopt_plugins`), `./plugin/`, then each folder of AIPUPLUGIN_PATH. For one
-name, the highest version wins; at equal versions, the one loaded last.
+`npuopt_plugins`), `./plugin/`, then each folder of AIPUPLUGIN_PATH. A user's
+registration wins over a built-in one of the same name; among the user's, the
+highest version wins, at equal versions the one loaded last (npuopt.registry).
+
+As in the Compass Optimizer, plugin folders go on `sys.path` and plugin files
+import their siblings: a file X.py of a plugin folder is importable as `X`,
+`npuopt.plugins.X` and `npuopt.ops.X` (the names a ported Compass plugin uses).
+Each file is executed once whatever name imports it. While a folder's files load,
+its X.py also stands for a built-in `npuopt.ops.X` of the same name (the user's
+module wins there too); built-in ops keep their own modules.
 """
+import importlib.abc
 import importlib.util
 import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import List
+from types import ModuleType
+from typing import Dict, List, Optional
 
 from .logger import OPT_DEBUG, OPT_WARN
-from .registry import OP_FORWARDS, OP_QUANTIZERS, PLUGINS
+from .registry import OP_APPROXIMATORS, OP_FORWARDS, OP_QUANTIZERS, PLUGINS
+
+SIBLING_PACKAGES = ("npuopt.ops", "npuopt.plugins")
+# makes `npuopt.plugins.X` importable (a package's submodule); the finder below resolves X
+__path__: List[str] = []
 
 
 @dataclass
@@ -23,6 +37,8 @@ class PluginFailure:
 
 _loaded: List[str] = []
 failures: List[PluginFailure] = []
+_modules: Dict[str, ModuleType] = {}   # real path -> the module of that file
+_dirs: List[str] = []                  # plugin folders, the one loading now first
 
 
 def builtin_plugin_dir() -> str:
@@ -45,31 +61,129 @@ def plugin_dirs() -> List[str]:
     return result
 
 
+def _sibling_file(stem: str) -> Optional[str]:
+    for d in _dirs:
+        path = os.path.join(d, stem + ".py")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+class _SiblingLoader(importlib.abc.Loader):
+    def __init__(self, path: str):
+        self.path = path
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        # the import system returns what sys.modules holds under the name afterwards
+        sys.modules[module.__name__] = _import_file(self.path)
+
+
+class _SiblingFinder(importlib.abc.MetaPathFinder):
+    """Resolves `X`, `npuopt.plugins.X` and `npuopt.ops.X` to a plugin folder's X.py."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, stem = fullname.rpartition(".")
+        if package and package not in SIBLING_PACKAGES:
+            return None
+        if not package and stem in sys.stdlib_module_names:
+            return None
+        found = _sibling_file(stem)
+        if found is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, _SiblingLoader(found))
+
+
+_FINDER = _SiblingFinder()
+
+
+def _install_finder(dirs: List[str]) -> None:
+    for d in reversed(dirs):
+        if d not in _dirs:
+            _dirs.append(d)
+        if d not in sys.path:
+            sys.path.insert(0, d)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
 def load_plugins() -> None:
     """Import the built-in ops, then every plugin file found; idempotent."""
     import npuopt.ops  # noqa: F401  (built-in ops register on import)
 
-    for directory in plugin_dirs():
-        for fname in sorted(os.listdir(directory)):
-            if fname.endswith(".py") and not fname.startswith("_"):
-                _load_file(os.path.join(directory, fname))
+    dirs = plugin_dirs()
+    _install_finder(dirs)
+    for directory in dirs:
+        _dirs.remove(directory)
+        _dirs.insert(0, directory)
+        with _user_modules_over_builtin_ops(directory):
+            for fname in sorted(os.listdir(directory)):
+                if fname.endswith(".py") and not fname.startswith("_"):
+                    _load_file(os.path.join(directory, fname))
+
+
+class _user_modules_over_builtin_ops:
+    """While `directory` loads, `npuopt.ops.X` names its X.py where a built-in module
+    npuopt/ops/X.py exists too; the built-in modules come back afterwards."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.saved: Dict[str, ModuleType] = {}
+
+    def __enter__(self):
+        import npuopt.ops as ops
+        for fname in os.listdir(self.directory):
+            stem, ext = os.path.splitext(fname)
+            name = f"npuopt.ops.{stem}"
+            if ext == ".py" and name in sys.modules and not _is_plugin_module(sys.modules[name]):
+                self.saved[stem] = sys.modules.pop(name)
+                if getattr(ops, stem, None) is self.saved[stem]:
+                    delattr(ops, stem)
+        return self
+
+    def __exit__(self, *exc):
+        import npuopt.ops as ops
+        for stem, module in self.saved.items():
+            sys.modules[f"npuopt.ops.{stem}"] = module
+            setattr(ops, stem, module)
+        return False
+
+
+def _is_plugin_module(module: ModuleType) -> bool:
+    return any(module is m for m in _modules.values())
+
+
+def _import_file(path: str) -> ModuleType:
+    """The module of plugin file `path`, executed on first use (raises what it raises)."""
+    real = os.path.realpath(path)
+    if real in _modules:
+        return _modules[real]
+    module_name = "npuopt_plugin_" + "".join(c if c.isalnum() else "_" for c in os.path.splitext(real)[0])
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    _modules[real] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del _modules[real]
+        sys.modules.pop(module_name, None)
+        for registry in [OP_FORWARDS, OP_QUANTIZERS, OP_APPROXIMATORS, *PLUGINS.values()]:
+            registry.remove_source(path)
+        raise
+    OPT_DEBUG(f"loaded plugin file {path}")
+    return module
 
 
 def _load_file(path: str) -> None:
     if path in _loaded:
         return
     _loaded.append(path)
-    module_name = "npuopt_plugin_" + "".join(c if c.isalnum() else "_" for c in os.path.splitext(path)[0])
     try:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        OPT_DEBUG(f"loaded plugin file {path}")
+        _import_file(path)
     except Exception as e:  # a broken plugin must not stop the others
-        sys.modules.pop(module_name, None)
-        for registry in [OP_FORWARDS, OP_QUANTIZERS, *PLUGINS.values()]:
-            registry.remove_source(path)
         last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
         where = f" (line {last.lineno})" if last and last.filename == path else ""
         msg = f"{type(e).__name__}: {e}{where}"

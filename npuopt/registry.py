@@ -1,14 +1,19 @@
 """Registries of op forwards, op quantizers, datasets and metrics.
 
-Built-in ops and user plugins register through the same decorators; for one
-key, the highest version wins, so a plugin at 1.1 replaces a built-in 1.0.
+Built-in ops and user plugins register through the same decorators. For one
+key, a user's registration always wins over a built-in one (and says so once,
+naming both files); among the user's, or among the built-ins, the highest
+version wins, then the one registered last. Dataset and metric names are
+case-insensitive, as in the Compass Optimizer.
 """
 import inspect
+import os
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Dict, List
 
 from .errors import PluginError
+from .logger import OPT_INFO
 
 
 class OpType:
@@ -60,6 +65,8 @@ for _name in _BUILTIN_OPTYPES:
 class PluginType(Enum):
     Dataset = "Dataset"
     Metric = "Metric"
+    QConfig = "QConfig"  # the Compass Optimizer's per-model quantization presets: registered, not used
+    Train = "Train"      # its training loops (QAT): registered, not used
 
 
 @dataclass
@@ -73,6 +80,31 @@ class Registration:
     def version_key(self):
         return _version_key(self.version, self.source)
 
+    @property
+    def builtin(self) -> bool:
+        """Registered by npuopt's own ops or built-in plugins (not a user's file)."""
+        return is_builtin_source(self.source)
+
+    @property
+    def rank(self):
+        return (not self.builtin, self.version_key)
+
+
+_BUILTIN_ROOTS = None
+
+
+def is_builtin_source(source: str) -> bool:
+    global _BUILTIN_ROOTS
+    if _BUILTIN_ROOTS is None:
+        import importlib.util
+        roots = [os.path.dirname(os.path.abspath(__file__))]
+        spec = importlib.util.find_spec("npuopt_plugins")
+        if spec is not None and spec.submodule_search_locations:
+            roots += list(spec.submodule_search_locations)
+        roots.append(os.path.join(os.path.dirname(roots[0]), "plugins"))
+        _BUILTIN_ROOTS = tuple(os.path.realpath(r) + os.sep for r in roots)
+    return os.path.realpath(source).startswith(_BUILTIN_ROOTS)
+
 
 def _version_key(version, source):
     try:
@@ -82,33 +114,47 @@ def _version_key(version, source):
 
 
 class Registry:
-    """Name -> all registrations; `get` returns the highest version's object."""
+    """Name -> all registrations; `get` returns the winner's object (see the module doc).
+    With `case_insensitive`, names match whatever their case (datasets, metrics)."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, case_insensitive: bool = False):
         self.what = what
+        self.case_insensitive = case_insensitive
         self._entries: Dict[str, List[Registration]] = {}
 
+    def _norm(self, key: str) -> str:
+        return key.lower() if self.case_insensitive else key
+
     def add(self, key: str, version, obj, source: str) -> None:
-        reg = Registration(key, str(version), obj, source)
+        # a float version (the Compass Optimizer's decorators default to 1.0) reads as its repr
+        reg = Registration(key, repr(version) if isinstance(version, float) else str(version), obj, source)
         reg.version_key  # validates the version now, naming the file
-        self._entries.setdefault(key, []).append(reg)
+        regs = self._entries.setdefault(self._norm(key), [])
+        if not reg.builtin:
+            shadowed = next((r for r in regs if r.builtin), None)
+            if shadowed is not None and not any(not r.builtin for r in regs):
+                OPT_INFO(f"{self.what} '{key}': the user's {reg.source} is used instead of the built-in "
+                         f"{shadowed.source} (a user's plugin wins over a built-in of the same name)")
+        regs.append(reg)
 
     def best(self, key: str) -> Registration:
-        """Highest version; at equal versions the one registered last."""
-        regs = self._entries.get(key)
+        """The user's registrations before the built-ins; then the highest version;
+        at equal versions the one registered last."""
+        regs = self._entries.get(self._norm(key))
         if not regs:
             return None
-        return max(reversed(regs), key=lambda r: r.version_key)
+        return max(reversed(regs), key=lambda r: r.rank)
 
     def get(self, key: str):
         reg = self.best(key)
         return reg.obj if reg else None
 
     def keys(self) -> List[str]:
-        return sorted(self._entries)
+        """Registered names (as first spelled)."""
+        return sorted(regs[0].key for regs in self._entries.values())
 
     def all(self) -> List[Registration]:
-        return [r for key in self.keys() for r in sorted(self._entries[key], key=lambda r: r.version_key)]
+        return [r for key in sorted(self._entries) for r in sorted(self._entries[key], key=lambda r: r.rank)]
 
     def remove_source(self, source: str) -> None:
         for key in list(self._entries):
@@ -119,7 +165,8 @@ class Registry:
 
 OP_FORWARDS = Registry("op forward")
 OP_QUANTIZERS = Registry("op quantizer")
-PLUGINS = {PluginType.Dataset: Registry("dataset"), PluginType.Metric: Registry("metric")}
+OP_APPROXIMATORS = Registry("op approximate")
+PLUGINS = {t: Registry(t.value.lower(), True) for t in PluginType}
 
 
 def _source_of(obj) -> str:
@@ -134,30 +181,43 @@ def _check_optype(optype, source):
         raise PluginError(f"{source}: unknown op type '{optype}'; add it with register_optype('{optype}')")
 
 
-def op_register(optype: str, version="1.0"):
-    """Register a float/quantized forward function `fn(node, *args)` for a layer type."""
+def _op_decorator(registry: Registry, optypes, version):
+    """A decorator registering `fn` for one layer type or a list of them."""
+    types = list(optypes) if isinstance(optypes, (list, tuple)) else [optypes]
+
     def deco(fn: Callable):
         source = _source_of(fn)
-        _check_optype(optype, source)
-        OP_FORWARDS.add(optype, version, fn, source)
+        for optype in types:
+            _check_optype(optype, source)
+        for optype in types:
+            registry.add(optype, version, fn, source)
         return fn
     return deco
 
 
-def quant_register(optype: str, version="1.0"):
-    """Register a quantize function `fn(node, *args)` for a layer type."""
-    def deco(fn: Callable):
-        source = _source_of(fn)
-        _check_optype(optype, source)
-        OP_QUANTIZERS.add(optype, version, fn, source)
-        return fn
-    return deco
+def op_register(optypes, version="1.0"):
+    """Register a float/quantized forward function `fn(node, *args)` for a layer type
+    (or a list of them)."""
+    return _op_decorator(OP_FORWARDS, optypes, version)
+
+
+def quant_register(optypes, version="1.0"):
+    """Register a quantize function `fn(node, *args)` for a layer type (or a list)."""
+    return _op_decorator(OP_QUANTIZERS, optypes, version)
+
+
+def approx_register(optypes, version="1.0"):
+    """Register an approximate function `fn(node, *args)` (the Compass Optimizer's
+    approximation of float layers on the chip). npuopt keeps float layers exact, so
+    these are registered and listed but never called."""
+    return _op_decorator(OP_APPROXIMATORS, optypes, version)
 
 
 def register_plugin(plugin_type: PluginType, version="1.0"):
     """Register a dataset (torch Dataset) or metric class under its class name."""
     if plugin_type not in PLUGINS:
-        raise PluginError(f"unknown plugin type {plugin_type!r}; use PluginType.Dataset or PluginType.Metric")
+        raise PluginError(f"unknown plugin type {plugin_type!r}; use one of "
+                          f"{', '.join('PluginType.' + t.name for t in PluginType)}")
 
     def deco(cls):
         PLUGINS[plugin_type].add(cls.__name__, version, cls, _source_of(cls))
