@@ -167,6 +167,8 @@ class PyGraph:
         for i in range(2):
             alone = self._forward([x[i:i + 1] for x in inputs], False, True, None)
             for got, want in zip(batched, alone):
+                if got.numel() == want.numel() and torch.equal(got, want):
+                    continue  # a batch-free output, e.g. a Constant's
                 if got.numel() != 2 * want.numel():
                     return False
                 # mixed samples differ wholesale; float sums and integer rounding that depend

@@ -17,11 +17,23 @@ _FROM_SETTINGS = {
     "q_mode_activation": "quantize_method_for_activation", "q_mode_weight": "quantize_method_for_weight",
     "q_strategy_activation": "calibration_strategy_for_activation",
     "q_strategy_weight": "calibration_strategy_for_weight", "lut_items_in_bits": "lut_items_in_bits",
-    "multiplier_bits": "multiplier_bits", "histc_bins": "histc_bins",
-    "force_dtype_int": "force_dtype_int", "force_shift_positive": "force_shift_positive",
-    "trigger_float_op": "trigger_float_op",
+    "multiplier_bits": "multiplier_bits", "histc_bins": "histc_bins", "trigger_float_op": "trigger_float_op",
 }
-_DERIVED = set(_FROM_SETTINGS) | {"layer_id", "current_batch_size", "batch_size_in_IR"}
+# attrs the Compass Optimizer copies from cfg fields npuopt has no per-layer setting for
+# (read with the field's per-layer form); values the plugins see, with OPT's meaning
+_FROM_CFG = {
+    "quant_type": "quant_type", "weight_block_size": "weight_block_size",
+    "activation_block_size": "activation_block_size", "running_statistic_momentum": "running_statistic_momentum",
+    "activation_perchannel_min_elements": "activation_perchannel_min_elements",
+    "regularize_activation_perchannel_scales": "regularize_activation_perchannel_scales",
+    "resize_degrade_to_nearest": "resize_degrade_to_nearest", "with_winograd": "with_winograd",
+    "min_compatible_zhouyi_target": "min_compatible_zhouyi_target",
+    "bias_effective_bits_auto_adaption": "bias_effective_bits_auto_adaption",
+    "force_dtype_int": "force_dtype_int", "force_shift_positive": "force_shift_positive",
+}
+_DERIVED = set(_FROM_SETTINGS) | set(_FROM_CFG) | {
+    "layer_id", "current_batch_size", "batch_size_in_IR", "layer_top_type_original", "q_mode_bias",
+    "q_strategy_bias", "bias_effective_bits", "debug_fake_quantize"}
 
 
 class NodeAttrs(dict):
@@ -93,8 +105,25 @@ class PyNode:
                 if len(shape):
                     return int(shape[0])
             return 1
+        if key == "layer_top_type_original":
+            return [t.ir_dtype.value for t in self.outputs]
+        if key == "debug_fake_quantize":
+            return False
+        if key in ("q_mode_bias", "q_strategy_bias"):  # the weights' (biases follow them)
+            return self.attrs[key.replace("bias", "weight")]
         from .quant.settings import settings_of
-        return getattr(settings_of(self), _FROM_SETTINGS[key], False)
+        st = settings_of(self)
+        if key == "bias_effective_bits":
+            value = self._cfg_value("bias_effective_bits")
+            return int(value) if value not in ("", None) else st.bias_bits
+        if key in _FROM_SETTINGS and hasattr(st, _FROM_SETTINGS[key]):
+            return getattr(st, _FROM_SETTINGS[key])
+        return self._cfg_value(_FROM_CFG.get(key, key))
+
+    def _cfg_value(self, field: str):
+        from .config import current_config
+        cfg = current_config()
+        return cfg.of(field, self) if hasattr(cfg, field) else False
 
     # flags the Compass Optimizer keeps in attrs
     approximated = property(lambda self: bool(dict.get(self.attrs, "approximated", False)),

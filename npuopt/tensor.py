@@ -71,6 +71,8 @@ class PyTensor:
         self.pnode = None
         self.attrs = {}
         self.ir_range = None
+        self.ir_dtype = self.dtype  # the dtype the IR gave (the Compass Optimizer's layer_top_type)
+        self.block_size = None      # per-block quantization: npuopt has none
         self._range = {}
 
     @property
@@ -132,9 +134,72 @@ class PyTensor:
     extrema_max = property(lambda self: self.statistics.max if self.statistics else self._calibrated("max"))
     del _set_range
 
+    # ---- the Compass Optimizer's quantization queries, on npuopt's fields ----------
     @property
-    def ir_dtype(self) -> Dtype:
-        return self.dtype
+    def device(self) -> torch.device:
+        return self.betensor.device
+
+    def is_perchannel_scales(self) -> bool:
+        return isinstance(self.scale, torch.Tensor) and self.scale.numel() > 1
+
+    def is_perchannel_zerops(self) -> bool:
+        return isinstance(self.zerop, torch.Tensor) and self.zerop.numel() > 1
+
+    def is_perchannel_quantization(self) -> bool:
+        return self.key_axis is not None
+
+    def key_axis_broadcast_shape(self):
+        """The shape a per-channel scale takes to broadcast: -1 at key_axis, else 1."""
+        if self.key_axis is None or not len(self.ir_shape):
+            return [-1]
+        shape = [1] * len(self.ir_shape)
+        shape[self.key_axis] = -1
+        return shape
+
+    def is_qinvariant(self) -> bool:
+        """qinvariant, and scale 1 and zero point 0 everywhere."""
+        return bool(self.qinvariant and bool((torch.as_tensor(self.scale) == 1).all())
+                    and bool((torch.as_tensor(self.zerop) == 0).all()))
+
+    def set_qinvariant(self, qinvariant: bool = None) -> None:
+        """Set qinvariant; with no argument, true where scale is 1 and zero point 0."""
+        if qinvariant is not None:
+            self.qinvariant = qinvariant
+        elif bool((torch.as_tensor(self.scale) == 1).all()) and bool((torch.as_tensor(self.zerop) == 0).all()):
+            self.qinvariant = True
+
+    def clone_qinfo(self, other: "PyTensor") -> None:
+        """Take other's quantization (scale, zero point, bits, range, dtype, qinvariant)."""
+        for key in ("scale", "zerop", "qbits", "dtype", "qmin", "qmax", "qinvariant"):
+            setattr(self, key, getattr(other, key))
+
+    def is_qinfo_equal(self, other: "PyTensor") -> bool:
+        for key in ("scale", "zerop", "qmin", "qmax", "dtype", "qinvariant", "qbits"):
+            a, b = getattr(self, key), getattr(other, key)
+            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+                a, b = torch.as_tensor(a).reshape(-1), torch.as_tensor(b).reshape(-1)
+                if a.shape != b.shape and a.numel() != 1 and b.numel() != 1 or not bool((a == b).all()):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    def fit_dtype(self, dtype: Optional[Dtype] = None) -> None:
+        """The value made representable in `dtype` (or its own): integers have NaN set
+        to 0 and are clamped to the dtype's range, floats to its finite range (infinities
+        kept); stored in the dtype's backend type, as npuopt's integer forwards hand on."""
+        if dtype is not None:
+            self.dtype = dtype
+        v = self.betensor
+        if self.dtype.is_integer:
+            if v.is_floating_point():
+                v = torch.nan_to_num(v.double(), nan=0.0)
+            v = v.double().clamp(self.dtype.qmin, self.dtype.qmax) if v.is_floating_point() else \
+                v.long().clamp(self.dtype.qmin, self.dtype.qmax)
+        elif self.dtype.is_float and v.is_floating_point():
+            info = torch.finfo(self.dtype.torch_dtype)
+            v = torch.where(torch.isinf(v), v, v.clamp(info.min, info.max))
+        self.betensor = v.to(self.dtype.torch_dtype)
 
     def clone(self, name: str = None) -> "PyTensor":
         import copy

@@ -259,6 +259,9 @@ def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
         batch = shapes[0][0]
         click.echo(f"note: this IR runs at batch {batch} only (its layers move the batch off the first axis); "
                    f"in npuopt set calibration_batch_size and metric_batch_size to {batch}")
+    elif not graph.keeps_samples_apart():
+        click.echo("note: this IR fixes batch 1 in its shapes (its layers move the batch off the first axis); "
+                   "npuopt runs its batches one sample at a time")
 
 
 def _fail(message: str, verbose: bool) -> None:

@@ -192,15 +192,16 @@ def test_small_module_exports_and_runs_batched(case):
     assert passes(agreement(run_ir(graph, x, 4), run_torch(module, x, 4)))
 
 
-def test_attention_over_nn_multihead_is_batch_one_only():
-    """nn.MultiheadAttention works in (L, N, E): the IR is right at batch 1, and says
-    that it runs at that batch only."""
+def test_attention_over_nn_multihead_runs_one_sample_at_a_time():
+    """nn.MultiheadAttention works in (L, N, E): the IR mixes a batch's samples, which
+    the graph detects, so batches run one sample at a time and stay right."""
     torch.manual_seed(0)
     attn = nn.MultiheadAttention(8, 2, batch_first=True).eval()
     module = Fn(lambda x, a: a(x, x, x, need_weights=False)[0], attn).eval()
     graph, checks = export_model(module, [[1, 5, 8]], "attn")
     assert checks[0][0] >= MIN_COSINE
-    assert not runs_batched(graph, [[1, 5, 8]])
+    assert not graph.keeps_samples_apart()
+    assert runs_batched(graph, [[1, 5, 8]])
 
 
 def test_concat_broadcasts_a_batch_one_constant():

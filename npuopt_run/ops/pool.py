@@ -94,5 +94,61 @@ def pool_int(layer, xs, infos):
     return [lut_lookup(layer, index, layer.const("sqrt_lut"), INDEX_BITS, dtype.qmin, dtype.qmax)]
 
 
-FLOAT = {"Pooling": pool_float}
-INT = {"Pooling": pool_int}
+# ---- AdaptivePool: window i of an axis of length L, O outputs: [floor(i L / O), ceil((i + 1) L / O)) --
+ADAPTIVE_METHODS = ("MAX", "AVG")
+
+
+def adaptive_windows(layer, x):
+    """[N, OH, OW] lists of the windows' [N, h, w, C] blocks of the [N]HWC input (as 4-D)."""
+    size = layer.param("output_size")
+    if not isinstance(size, list) or len(size) != 2 or any(not isinstance(v, int) or v < 1 for v in size):
+        raise layer.error(f"output_size must be two positive integers, got {size!r}", "output_size")
+    if x.ndim not in (3, 4):
+        raise layer.error(f"takes an NHWC or HWC input, got {x.ndim}-D")
+    x4 = x if x.ndim == 4 else x[None]
+    edges = [[(i * n // o, -(-(i + 1) * n // o)) for i in range(o)] for n, o in zip(x4.shape[1:3], size)]
+    return [[x4[:, h0:h1, w0:w1] for w0, w1 in edges[1]] for h0, h1 in edges[0]]
+
+
+def adaptive_method(layer):
+    method = str(layer.param("method")).upper()
+    if method not in ADAPTIVE_METHODS:
+        raise layer.error(f"unsupported method '{method}' ({', '.join(ADAPTIVE_METHODS)})", "method")
+    return method
+
+
+def adaptive_output(x, rows):
+    """[N, OH, OW, C] (or [OH, OW, C] for an HWC input) of per-window [N, C] results."""
+    y = np.stack([np.stack(r, axis=1) for r in rows], axis=1)
+    return y if x.ndim == 4 else y[0]
+
+
+def adaptive_float(layer, xs, infos):
+    method = adaptive_method(layer)
+    blocks = adaptive_windows(layer, xs[0])
+    if method == "MAX":
+        rows = [[b.max(axis=(1, 2)) for b in r] for r in blocks]
+    else:
+        rows = [[b.astype(np.float64).mean(axis=(1, 2)).astype(np.float32) for b in r] for r in blocks]
+    return [adaptive_output(xs[0], rows)]
+
+
+def adaptive_int(layer, xs, infos):
+    """MAX of q; AVG: requantize(sum of q, M, s, 0) with M, s of fl32(1 / area), 8 bits."""
+    method = adaptive_method(layer)
+    blocks = adaptive_windows(layer, xs[0])
+    if method == "MAX":
+        return [adaptive_output(xs[0], [[b.max(axis=(1, 2)) for b in r] for r in blocks])]
+    _, lo, hi = top_bounds(layer)
+    rows = []
+    for r in blocks:
+        row = []
+        for b in r:
+            m, s = scale_approximation_f32(np.float32(1.0) / np.float32(b.shape[1] * b.shape[2]), AVG_MULTIPLIER_BITS)
+            row.append(requantize(layer, b.sum(axis=(1, 2)), m, s, 0, lo, hi))
+        rows.append(row)
+    return [adaptive_output(xs[0], rows)]
+
+
+FLOAT = {"Pooling": pool_float, "AdaptivePool": adaptive_float}
+INT = {"Pooling": pool_int, "AdaptivePool": adaptive_int}
