@@ -82,9 +82,9 @@ def compare_model(cfg_path: str, images: int, batch: int = 16, all_tensors: bool
     from npuopt_run.runner import Runner
 
     load_plugins()
-    cfg = load_config(cfg_path, {"image_limit": str(images)})
+    cfg = load_config(cfg_path)
     ir = quantized_ir(cfg_path)
-    dataset = make_dataset("ImageFolderDataset", os.path.abspath(IMAGES) + ":val")
+    dataset = make_dataset("ImageFolderDataset", f"{os.path.abspath(IMAGES)}:val:{images}")
     qgraph = read_graph(ir)
     fgraph = read_graph(cfg.graph)
     runner = Runner(read_model(ir))

@@ -130,7 +130,7 @@ def model_figures(spec: str, preprocess: str, prefix: str, variant: str = "plain
     graph = export_to_files(module, prefix, input_shape)
     batched = runs_batched(graph, [list(input_shape)])
     figures = compare_on_inputs(module, graph, preprocess, batch=count if batched else 1, count=count)
-    return {"batched": batched, **figures}
+    return {"batched": batched, "samples_apart": graph.keeps_samples_apart(), **figures}
 
 
 def format_figures(kind: str, figures: Dict[str, float]) -> str:
