@@ -54,6 +54,23 @@ def calibrate_range(stats: Statistics, strategy: str, bits: int = 8, symmetric: 
     return _clip_to_extrema(stats, lo, hi)
 
 
+RANGE_SIGNIFICANT_BITS = 8
+
+
+def outward_to_grid(lo: float, hi: float, bits: int = RANGE_SIGNIFICANT_BITS):
+    """[lo, hi] widened to the nearest values of `bits` significant bits (at most 2^-(bits-1)
+    wider). Float sums over calibration data differ in their last bits with the thread
+    count and the machine; on this grid such differences almost never change a range, so
+    the quantized IR stays byte-identical across them."""
+    def snap(x: float, up: bool) -> float:
+        if x == 0.0 or not math.isfinite(x):
+            return x
+        mantissa, exponent = math.frexp(x)
+        steps = mantissa * (1 << bits)
+        return math.ldexp(math.ceil(steps) if up else math.floor(steps), exponent - bits)
+    return snap(float(lo), up=False), snap(float(hi), up=True)
+
+
 def _clip_to_extrema(stats, lo, hi):
     if isinstance(stats.min, torch.Tensor):
         return stats.min.clamp(min=lo), stats.max.clamp(max=hi)

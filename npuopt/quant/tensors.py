@@ -11,7 +11,7 @@ from ..tensor import PyTensor
 from . import qmath
 from .settings import QuantMethod, settings_of
 from .statistics import Statistics
-from .strategies import calibrate_range
+from .strategies import calibrate_range, outward_to_grid
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -22,13 +22,14 @@ class Unsupported(QuantizeError):
 
 # ---- activations ------------------------------------------------------------
 def calibrated_range(node, t: PyTensor, symmetric: bool):
-    """(lo, hi) of t from its statistics and the layer's strategy, widened to include 0."""
+    """(lo, hi) of t from its statistics and the layer's strategy, widened to include 0
+    and to a grid that last-bit differences of float sums do not cross (outward_to_grid)."""
     st = settings_of(node)
     stats: Optional[Statistics] = t.statistics
     if stats is None or stats.empty:
         raise QuantizeError(f"layer '{node.name}': tensor '{t.name}' has no calibration statistics")
     lo, hi = calibrate_range(stats, st.calibration_strategy_for_activation, st.activation_bits, symmetric)
-    return float(min(lo, 0.0)), float(max(hi, 0.0))
+    return outward_to_grid(min(lo, 0.0), max(hi, 0.0))
 
 
 def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, signed: bool = None) -> None:
