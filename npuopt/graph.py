@@ -1,4 +1,5 @@
 """PyGraph: the model, its layers in topological order, and its forward."""
+import math
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence
 
@@ -8,6 +9,8 @@ import torch
 from .errors import GraphError, NpuoptError
 from .node import PyNode
 from .tensor import PyTensor
+
+WORKING_COPIES = 4  # 8-byte copies of a layer's largest tensor that a forward holds at once
 
 
 class PyGraph:
@@ -130,6 +133,15 @@ class PyGraph:
                                                       after_node)] for i in range(batch)]
             return [torch.cat(parts, dim=0) for parts in zip(*runs)]
         return self._forward(inputs, keep_tensors, check_shapes, after_node)
+
+    def samples_within(self, budget_bytes: int) -> int:
+        """How many samples one forward may run within `budget_bytes` of working memory:
+        a few 8-byte copies (int64 accumulators, float64 rescales) of the largest tensor
+        at the IR's batch; a multiple of that batch."""
+        ir_batch = max(int(self.input_tensors[0].ir_shape[0]), 1) if self.input_tensors and \
+            self.input_tensors[0].ir_shape else 1
+        largest = max((math.prod(int(d) for d in t.ir_shape) for t in self.tensors if t.ir_shape), default=1)
+        return ir_batch * max(1, budget_bytes // (WORKING_COPIES * 8 * max(largest, 1)))
 
     def keeps_samples_apart(self) -> bool:
         """Whether each sample's outputs in a batch equal its outputs alone. Parser IRs

@@ -29,6 +29,7 @@ from .quant.quantizer import Calibrator
 from .quant.settings import apply_cfg_per_layer
 from .quant.statistics import Statistics
 
+FORWARD_BUDGET = 384 << 20  # bytes of working memory one forward of the evaluation may take
 
 
 def select_device(name: str) -> torch.device:
@@ -262,8 +263,18 @@ class OptMaster:
         return [x[0] for x in inputs] if self.cfg.without_batch_dim else inputs
 
     def forward(self, graph, inputs, **kwargs):
-        """The graph's outputs, batch first (without_batch_dim: a batch axis of 1 added back)."""
-        outputs = graph.forward(self.graph_inputs(inputs), **kwargs)
+        """The graph's outputs, batch first (without_batch_dim: a batch axis of 1 added back).
+        A batch runs in chunks of graph.samples_within(FORWARD_BUDGET) samples, so memory
+        follows the model, not metric_batch_size (outputs are per sample: the same values)."""
+        inputs = self.graph_inputs(inputs)
+        chunk = graph.samples_within(FORWARD_BUDGET)
+        batch = inputs[0].shape[0] if inputs and inputs[0].dim() else 1
+        if kwargs.get("keep_tensors") or self.cfg.without_batch_dim or batch <= chunk:
+            outputs = graph.forward(inputs, **kwargs)
+        else:
+            parts = [[o.clone() for o in graph.forward([x[i:i + chunk] for x in inputs], **kwargs)]
+                     for i in range(0, batch, chunk)]
+            outputs = [torch.cat(p, dim=0) for p in zip(*parts)]
         return [o.unsqueeze(0) for o in outputs] if self.cfg.without_batch_dim else outputs
 
     def dump_tensors(self) -> None:

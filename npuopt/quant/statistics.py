@@ -12,6 +12,8 @@ import torch
 from ..errors import ConfigError
 from . import qmath
 
+SUM_SLICE = 1 << 20  # values summed per float64 slice (8 MiB of scratch)
+
 
 class Statistics:
     """Extrema, running means of batch extrema, moments and a histogram.
@@ -31,11 +33,9 @@ class Statistics:
         self.count = 0
         self.sum = 0.0
         self.sum_sq = 0.0
-        self.sum_abs = 0.0
         self.hist = None                       # float64 tensor [bins]
         self.hist_lo = self.hist_hi = 0.0
         self.nonfinite = 0
-        self.batches = 0
 
     # ---- gathering ---------------------------------------------------------
     def update(self, x: torch.Tensor) -> None:
@@ -68,16 +68,15 @@ class Statistics:
 
     def _add_finite(self, flat: torch.Tensor, lo: float, hi: float) -> None:
         """Moments and histogram of finite float32 values `flat` (1-D), lo/hi their extrema.
-        The sums are taken over one float64 copy in reused buffers (a fresh 8-byte copy of
-        a large activation per statistic costs more in page faults than the sums)."""
+        The sums are taken in float64 over slices of SUM_SLICE values in reused buffers:
+        memory stays small whatever the activation and the batch."""
         self.count += flat.numel()
-        d = qmath.scratch(flat.shape, torch.float64, flat.device, "statistics").copy_(flat)
-        tmp = qmath.scratch(flat.shape, torch.float64, flat.device, "statistics_tmp")
-        self.sum += float(d.sum())
-        self.sum_sq += float(torch.mul(d, d, out=tmp).sum())
-        self.sum_abs += float(torch.abs(d, out=tmp).sum())
+        for start in range(0, flat.numel(), SUM_SLICE):
+            part = flat[start:start + SUM_SLICE]
+            d = qmath.scratch(part.shape, torch.float64, flat.device, "statistics").copy_(part)
+            self.sum += float(d.sum())
+            self.sum_sq += float(torch.mul(d, d, out=d).sum())
         self._update_hist(flat, lo, hi)
-        self.batches += 1
 
     def _merge_extrema(self, lo, hi) -> None:
         if self.min is None:
@@ -156,7 +155,7 @@ class Statistics:
 
     # ---- persistence ---------------------------------------------------------
     _FIELDS = ("bins", "momentum", "axis", "min", "max", "running_min", "running_max", "count", "sum",
-               "sum_sq", "sum_abs", "hist", "hist_lo", "hist_hi", "nonfinite", "batches")
+               "sum_sq", "hist", "hist_lo", "hist_hi", "nonfinite")
 
     def state_dict(self) -> dict:
         return {k: getattr(self, k) for k in self._FIELDS}
