@@ -143,7 +143,7 @@ class _user_modules_over_builtin_ops:
                     delattr(ops, stem)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *_exc):
         import npuopt.ops as ops
         for stem, module in self.saved.items():
             sys.modules[f"npuopt.ops.{stem}"] = module

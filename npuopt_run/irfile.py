@@ -341,7 +341,7 @@ class _Weights:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *_exc):
         self.data = None
 
     def read(self, layer: Layer, cname: str, dtype: DType, shape, offset, size) -> np.ndarray:

@@ -128,10 +128,6 @@ def start_npuopt(*args, cwd: Path, plugin_path: Optional[Path] = None, timeout: 
                         timeout=timeout)
 
 
-def run_npuopt(*args, cwd: Path, plugin_path: Optional[Path] = None) -> subprocess.CompletedProcess:
-    return start_npuopt(*args, cwd=cwd, plugin_path=plugin_path).result()
-
-
 def error_lines(result: subprocess.CompletedProcess):
     return [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]
 

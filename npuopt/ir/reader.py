@@ -20,8 +20,6 @@ CONSTANT_SUFFIXES = ("_type", "_offset", "_size", "_shape")
 STRUCTURE_KEYS = ("layer_id", "layer_name", "layer_type", "layer_bottom", "layer_top",
                   "layer_bottom_shape", "layer_bottom_type", "layer_top_shape", "layer_top_type")
 
-Block = "OrderedDict[str, Tuple[str, int]]"  # key -> (raw value, line number)
-
 
 def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=QuantizeGraph) -> PyGraph:
     """Load an IR. `bin_path` defaults to the .txt's name with .bin; it may be
