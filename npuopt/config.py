@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import ConfigError
+from .quant.strategies import KNOWN as IMPLEMENTED_STRATEGIES, check_strategy
 
 
 @dataclass
@@ -256,7 +257,6 @@ def _strategy(s):
 
 
 def _strategy_unsupported(s) -> str:
-    from .quant.strategies import check_strategy
     try:
         check_strategy(s)
     except ConfigError as e:
@@ -266,9 +266,8 @@ def _strategy_unsupported(s) -> str:
     return ""
 
 
-_STRATEGY_ACCEPTS = ("extrema, mean, kld, mse, aciq_laplace, <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std); "
-                     "and OPT's in_ir, <N>kld, <R>aciq_laplace, <R>aciq_gauss, weighted_scale_param[a,b,c,d] "
-                     "(stop with a line when npuopt lacks them)")
+_STRATEGY_ACCEPTS = (f"{IMPLEMENTED_STRATEGIES}; and OPT's in_ir, <N>kld, <R>aciq_laplace, <R>aciq_gauss, "
+                     "weighted_scale_param[a,b,c,d] (stop with a line when npuopt lacks them)")
 
 
 def _multiplier_bits(s):
@@ -589,6 +588,11 @@ def parse_field(name: str, text: str, source: str, base_dir: str = "."):
             if why:
                 raise ConfigError(f"{source}: field '{name}': {why}")
     return value
+
+
+def default_of(name: str):
+    """The default value of one field, parsed (its global value for per-layer fields)."""
+    return _plain(FIELDS[name], parse_field(name, FIELDS[name].default, "<defaults>"))
 
 
 def defaults(base_dir: str = ".") -> Config:

@@ -1,2 +1,3 @@
 """Calibration and integer quantization: qmath (integer primitives), statistics,
-strategies, layers (what the ops share), quantizer (pipeline pieces)."""
+strategies, tensors (what the ops share), fields (the output stage's IR fields),
+settings, quantizer (pipeline pieces)."""

@@ -3,24 +3,31 @@ forms), overridden per layer by the JSON opt_config."""
 import json
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Dict, List
+
+from ..config import default_of
+
+
+def _cfg_default(name: str):
+    """The default is the cfg field's: one source for every default."""
+    return field(default_factory=lambda: default_of(name))
 
 
 @dataclass
 class QuantSettings:
-    quantize_method_for_weight: str = "per_tensor_symmetric_restricted_range"
-    quantize_method_for_activation: str = "per_tensor_symmetric_full_range"
-    weight_bits: int = 8
-    activation_bits: int = 8
-    bias_bits: int = 32
-    lut_items_in_bits: int = 8
-    calibration_strategy_for_weight: str = "extrema"
-    calibration_strategy_for_activation: str = "mean"
-    histc_bins: int = 2048
-    multiplier_bits: int = 0          # 0: the activation bits, at most 15 (resolved at construction)
-    unify_shifts_for_aiff: bool = True
-    trigger_float_op: bool = False
+    quantize_method_for_weight: str = _cfg_default("quantize_method_for_weight")
+    quantize_method_for_activation: str = _cfg_default("quantize_method_for_activation")
+    weight_bits: int = _cfg_default("weight_bits")
+    activation_bits: int = _cfg_default("activation_bits")
+    bias_bits: int = _cfg_default("bias_bits")
+    lut_items_in_bits: int = _cfg_default("lut_items_in_bits")
+    calibration_strategy_for_weight: str = _cfg_default("calibration_strategy_for_weight")
+    calibration_strategy_for_activation: str = _cfg_default("calibration_strategy_for_activation")
+    histc_bins: int = _cfg_default("histc_bins")
+    multiplier_bits: int = _cfg_default("multiplier_bits")  # 0: the activation bits, at most 15
+    unify_shifts_for_aiff: bool = _cfg_default("unify_shifts_for_aiff")
+    trigger_float_op: bool = False    # this layer is named by the cfg's trigger_float_op
 
     def __post_init__(self):
         if not self.multiplier_bits:

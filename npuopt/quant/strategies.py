@@ -17,14 +17,15 @@ import torch
 from ..errors import ConfigError
 from .statistics import Statistics
 
-KNOWN = "extrema, mean, <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std), kld, mse, aciq_laplace"
+NAMED = ("extrema", "mean", "kld", "mse", "aciq_laplace")
+KNOWN = ", ".join(NAMED) + ", <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std)"
 _PERCENTILE = re.compile(r"(\d+(?:\.\d+)?)percentile")
 _STD = re.compile(r"(\d+(?:\.\d+)?)std")
 
 
 def check_strategy(name: str, where: str = "") -> str:
     s = str(name).strip().lower()
-    if s in ("extrema", "mean", "kld", "mse", "aciq_laplace") or _PERCENTILE.fullmatch(s) or _STD.fullmatch(s):
+    if s in NAMED or _PERCENTILE.fullmatch(s) or _STD.fullmatch(s):
         if _PERCENTILE.fullmatch(s) and not 0 < float(_PERCENTILE.fullmatch(s).group(1)) <= 100:
             raise ConfigError(f"{where}calibration strategy '{name}': the percentile must be in (0, 100]")
         return s
