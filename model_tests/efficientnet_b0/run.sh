@@ -13,5 +13,5 @@ fi
 mkdir -p work
 npuopt-export torchvision:efficientnet_b0 --input-shape 1,3,224,224 -o work/efficientnet_b0
 npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/efficientnet_b0_report.json
+"${PYTHON:-python3}" ../check_report.py work/out/efficientnet_b0_report.json --min-cosine 0.99
 exec "${PYTHON:-python3}" ../float_check.py efficientnet_b0 work/efficientnet_b0 --lively

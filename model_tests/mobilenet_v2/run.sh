@@ -13,5 +13,5 @@ fi
 mkdir -p work
 npuopt-export torchvision:mobilenet_v2 --input-shape 1,3,224,224 -o work/mobilenet_v2
 npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/mobilenet_v2_report.json
+"${PYTHON:-python3}" ../check_report.py work/out/mobilenet_v2_report.json --min-cosine 0.998
 exec "${PYTHON:-python3}" ../float_check.py mobilenet_v2 work/mobilenet_v2 --lively

@@ -13,5 +13,5 @@ fi
 mkdir -p work
 npuopt-export torchvision:mobilenet_v3_large --input-shape 1,3,224,224 -o work/mobilenet_v3_large
 npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/mobilenet_v3_large_report.json
+"${PYTHON:-python3}" ../check_report.py work/out/mobilenet_v3_large_report.json --min-cosine 0.995
 exec "${PYTHON:-python3}" ../float_check.py mobilenet_v3_large work/mobilenet_v3_large --lively

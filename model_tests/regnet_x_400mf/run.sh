@@ -13,5 +13,5 @@ fi
 mkdir -p work
 npuopt-export torchvision:regnet_x_400mf --input-shape 1,3,224,224 -o work/regnet_x_400mf
 npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/regnet_x_400mf_report.json
+"${PYTHON:-python3}" ../check_report.py work/out/regnet_x_400mf_report.json --min-cosine 0.999
 exec "${PYTHON:-python3}" ../float_check.py regnet_x_400mf work/regnet_x_400mf --lively

@@ -13,5 +13,5 @@ fi
 mkdir -p work
 npuopt-export torchvision:resnet18 --input-shape 1,3,224,224 -o work/resnet18
 npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/resnet18_report.json
+"${PYTHON:-python3}" ../check_report.py work/out/resnet18_report.json --min-cosine 0.999
 exec "${PYTHON:-python3}" ../float_check.py resnet18 work/resnet18 --lively
