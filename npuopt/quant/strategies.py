@@ -102,13 +102,16 @@ def percentile_range(stats: Statistics, p: float) -> Tuple[float, float]:
 
 
 def _abs_hist(stats: Statistics):
-    """Histogram of |x|: `bins` bins over [0, absmax], from the signed one by bin centres."""
+    """Histogram of |x| over [0, n * width], with the signed histogram's bin width (finer
+    bins would leave every other one empty, a comb that misleads the KL search), filled
+    from the signed one by bin centres. Returns (histogram, its upper end)."""
+    width = (stats.hist_hi - stats.hist_lo) / stats.bins
     absmax = max(abs(stats.hist_lo), abs(stats.hist_hi))
-    centres = stats.bin_centres().abs()
-    idx = (centres / max(absmax, 1e-30) * stats.bins).floor().clamp(0, stats.bins - 1).long()
-    h = torch.zeros(stats.bins, dtype=torch.float64)
+    n = max(1, min(stats.bins, math.ceil(absmax / max(width, 1e-300) - 1e-9)))
+    idx = (stats.bin_centres().abs() / max(width, 1e-300)).floor().clamp(0, n - 1).long()
+    h = torch.zeros(n, dtype=torch.float64)
     h.index_add_(0, idx, stats.hist)
-    return h, absmax
+    return h, n * width
 
 
 def kld_range(stats: Statistics, bits: int = 8) -> Tuple[float, float]:

@@ -1,0 +1,114 @@
+"""Calibration strategies against simple reference implementations written here on the
+raw samples (NumPy loops, no histogram tricks): each strategy's range must be as good,
+by the reference's own measure, as the reference's best."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from npuopt.quant.statistics import Statistics
+from npuopt.quant.strategies import aciq_laplace_range, kld_range, mse_range, percentile_range
+
+BINS = 2048
+
+
+def samples(kind: str) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    if kind == "gaussian":
+        return rng.standard_normal(200_000)
+    if kind == "laplace":
+        return rng.laplace(0.0, 0.7, 200_000)
+    if kind == "relu_heavy_tail":  # ReLU of a heavy-tailed variable: nonnegative, long tail
+        return np.maximum(rng.standard_t(3, 200_000), 0.0)
+    raise ValueError(kind)
+
+
+def stats_of(x: np.ndarray) -> Statistics:
+    s = Statistics(BINS)
+    s.update(torch.from_numpy(x.astype(np.float32)))
+    return s
+
+
+def quantization_mse(x: np.ndarray, lo: float, hi: float, bits: int) -> float:
+    """Mean squared error of clipping x to [lo, hi] and rounding to 2^bits uniform levels."""
+    step = (hi - lo) / ((1 << bits) - 1)
+    xc = np.clip(x, lo, hi)
+    return float(np.mean((np.round((xc - lo) / step) * step + lo - x) ** 2))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace", "relu_heavy_tail"])
+@pytest.mark.parametrize("bits", [4, 8])
+def test_mse_is_as_good_as_a_brute_force_search(kind, bits):
+    x = samples(kind)
+    lo0, hi0 = min(x.min(), 0.0), x.max()
+    # the reference: every clip t on a fine grid, the error measured on the samples themselves
+    grid = np.linspace(max(-lo0, hi0) / 400, max(-lo0, hi0), 400)
+    best = min(quantization_mse(x, max(lo0, -t), min(hi0, t), bits) for t in grid)
+    lo, hi = mse_range(stats_of(x), bits)
+    assert quantization_mse(x, lo, hi, bits) <= best * 1.03, (kind, bits, lo, hi)
+    # and clipping matters: extrema are clearly worse where tails are long
+    if kind != "gaussian" or bits == 4:
+        assert quantization_mse(x, lo0, hi0, bits) > best * 1.1
+
+
+def reference_kl(x_abs: np.ndarray, threshold_bin: int, levels: int, bins: int, absmax: float) -> float:
+    """KL(P || Q) of TensorRT's entropy calibration, written out plainly: P is the |x|
+    histogram cut at `threshold_bin` with the tail added to its last bin (the bin of 0
+    left out, as npuopt does: 0 is exact at every threshold); Q merges P's bins into
+    `levels` groups and spreads each group's mass evenly over its nonzero bins."""
+    hist, _ = np.histogram(x_abs, bins=bins, range=(0.0, absmax))
+    hist = hist.astype(np.float64)
+    hist[0] = 0.0
+    p = hist[:threshold_bin].copy()
+    p[-1] += hist[threshold_bin:].sum()
+    q = np.zeros(threshold_bin)
+    for g in range(levels):
+        start = g * threshold_bin // levels
+        stop = (g + 1) * threshold_bin // levels
+        chunk = hist[start:stop]
+        nonzero = chunk != 0
+        if nonzero.any():
+            q[start:stop][nonzero] = chunk.sum() / nonzero.sum()
+    p, q = p / p.sum(), q / q.sum()
+    m = p > 0
+    return float(np.sum(p[m] * np.log(p[m] / np.maximum(q[m], 1e-12))))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace", "relu_heavy_tail"])
+def test_kld_threshold_is_as_good_as_the_reference_best(kind):
+    bits = 8
+    x = samples(kind)
+    absmax = float(np.abs(x).max())
+    levels = 255 if x.min() >= 0 else 127
+    x_abs = np.abs(x)
+    kls = {i: reference_kl(x_abs, i, levels, BINS, absmax) for i in range(levels, BINS + 1, 4)}
+    best_bin = min(kls, key=kls.get)
+    lo, hi = kld_range(stats_of(x), bits)
+    chosen_bin = min(max(int(round(hi / absmax * BINS - 0.5)), levels), BINS)
+    chosen = reference_kl(x_abs, chosen_bin, levels, BINS, absmax)
+    assert chosen <= kls[best_bin] * 1.05 + 1e-4, (kind, hi, chosen_bin, best_bin, chosen, kls[best_bin])
+    assert (lo == 0.0) == (x.min() >= 0) and (lo == -hi or lo == 0.0)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_aciq_laplace_matches_the_closed_form_fit(bits):
+    x = samples("laplace")
+    mu = float(x.mean())
+    b = float(np.mean(np.abs(x - mu)))
+    # the reference alpha: minimise clipping noise 2 b^2 exp(-a/b) + rounding noise (2a)^2 / (12 * 4^bits)
+    a_grid = np.linspace(0.5, 40.0, 400_000)
+    alpha = float(a_grid[np.argmin(2 * np.exp(-a_grid) + a_grid ** 2 / (3 * 4 ** bits))])
+    lo, hi = aciq_laplace_range(stats_of(x), bits)
+    assert hi == pytest.approx(mu + alpha * b, rel=0.01)
+    assert lo == pytest.approx(mu - alpha * b, rel=0.01)
+
+
+@pytest.mark.parametrize("p", [99.0, 99.99])
+def test_percentile_matches_numpy(p):
+    x = samples("gaussian")
+    lo, hi = percentile_range(stats_of(x), p)
+    width = (x.max() - x.min()) / BINS
+    assert hi == pytest.approx(np.percentile(x, p), abs=width)
+    assert lo == pytest.approx(np.percentile(x, 100 - p), abs=width)
+    assert not math.isclose(hi, x.max())
