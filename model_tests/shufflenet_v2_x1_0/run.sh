@@ -13,5 +13,5 @@ fi
 mkdir -p work
 npuopt-export torchvision:shufflenet_v2_x1_0 --input-shape 1,3,224,224 -o work/shufflenet_v2_x1_0
 npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/shufflenet_v2_x1_0_report.json --min-cosine 0.9995
+"${PYTHON:-python3}" ../check_report.py work/out/shufflenet_v2_x1_0_report.json --min-cosine 0.9995 --min-median-cosine 0.99
 exec "${PYTHON:-python3}" ../float_check.py shufflenet_v2_x1_0 work/shufflenet_v2_x1_0 --lively

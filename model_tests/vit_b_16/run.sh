@@ -13,5 +13,5 @@ fi
 mkdir -p work
 npuopt-export torchvision:vit_b_16 --input-shape 1,3,224,224 -o work/vit_b_16
 npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/vit_b_16_report.json --min-median-cosine 0.995
+"${PYTHON:-python3}" ../check_report.py work/out/vit_b_16_report.json --min-median-cosine 0.997
 exec "${PYTHON:-python3}" ../float_check.py vit_b_16 work/vit_b_16 --lively
