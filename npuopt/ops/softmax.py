@@ -60,7 +60,7 @@ FAST_EXP_INPUT_BITS = 13    # d * Mi stays within 32 bits for 16-bit inputs
 def softmax_axis(node, ndim: int) -> int:
     axis = int(node.get_param("axis", -1))
     if not -ndim <= axis < ndim:
-        raise IRError(f"layer '{node.name}' (Softmax): axis {axis} out of range for a {ndim}-D input")
+        raise IRError(f"layer '{node.name}' ({node.type}): axis {axis} out of range for a {ndim}-D input")
     return axis % ndim
 
 
@@ -86,6 +86,12 @@ def lut_softmax(node, q: torch.Tensor, axis: int, x_t, out_t):
         e = c - ceil_log2_f32(table_max)
         z = torch.div((y << e) + (total >> 1), denominator, rounding_mode="trunc")
         return qmath.requantize(z, m, s + e, zp, lo, hi)
+    return reciprocal_rescale(y, denominator, c, m, s, zp, lo, hi)
+
+
+def reciprocal_rescale(y, denominator, c: int, m: int, s: int, zp, lo, hi):
+    """R(y * r, 1, s + e) with r = trunc(M * 2^e / D), e = c - ceil(log2 M) (float32):
+    y / D at the rescale M/s, the tool chain's divide-once form (also LogSoftmax's)."""
     e = c - ceil_log2_f32(m)
     reciprocal = torch.div(torch.full_like(denominator, m << e), denominator, rounding_mode="trunc")
     return qmath.requantize(y * reciprocal, 1, s + e, zp, lo, hi)
@@ -168,19 +174,23 @@ def exp_table_bits(axis_length: int) -> int:
     return max(1, min(SUM_BITS - ibits, 15 + (ibits + 1) // 2))
 
 
-def quantize_lut(node, x_t, out_t, axis_length: int, k: int) -> None:
-    """The exp table sampled where the lookup reads it; the output unsigned from its
-    calibrated range."""
-    QT.quantize_activation(node, out_t, signed=False)
+def exp_table(x_t, k: int, m: int) -> torch.Tensor:
+    """exp(d / s_in) * (2^m - 1) at d = q - max(q), 2^k entries read at index d + 2^b - 1."""
     b = x_t.qbits
-    m = exp_table_bits(axis_length)
     top = (1 << m) - 1
     # entry i at index i * 2^(b-k), except the last, which the lookup repeats over the
     # final 2^(b-k) indices: it is exact at the row's maximum (index 2^b - 1)
     d = torch.arange(1 << k, dtype=torch.float64) * (1 << (b - k)) - ((1 << b) - 1)
     d[-1] = 0.0
-    table = torch.floor(torch.exp(d / float(x_t.scale)) * top + 0.5).clamp_(0, top)
-    fields.write_lut(node, table, Dtype.UINT16 if m <= 16 else Dtype.UINT32)
+    return torch.floor(torch.exp(d / float(x_t.scale)) * top + 0.5).clamp_(0, top)
+
+
+def quantize_lut(node, x_t, out_t, axis_length: int, k: int) -> None:
+    """The exp table sampled where the lookup reads it; the output unsigned from its
+    calibrated range."""
+    QT.quantize_activation(node, out_t, signed=False)
+    m = exp_table_bits(axis_length)
+    fields.write_lut(node, exp_table(x_t, k, m), Dtype.UINT16 if m <= 16 else Dtype.UINT32)
     node.params["quantize_method"] = "LUT"
     Rescale.from_ratio(out_t.scale, settings_of(node).multiplier_bits).write(node)
 

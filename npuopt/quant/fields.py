@@ -85,34 +85,35 @@ class Rescale:
             m, s = int(m.reshape(-1)[0]), int(s.reshape(-1)[0])
         return cls(m, s, multiplier_dtype(mult_bits), shift_dtype(s))
 
-    def write(self, node, prefix: str = "") -> None:
-        names = (f"{prefix}scale", f"{prefix}shift", f"{prefix}scale_value", f"{prefix}shift_value",
-                 f"{prefix}scale_type", f"{prefix}shift_type")
+    def write(self, node, prefix: str = "", suffix: str = "") -> None:
+        """As `<prefix>scale<suffix>_value` etc. (LRN's second rescale is `scale_sum_value`)."""
+        sc, sh = f"{prefix}scale{suffix}", f"{prefix}shift{suffix}"
+        names = (sc, sh, f"{sc}_value", f"{sh}_value", f"{sc}_type", f"{sh}_type")
         for k in names:
             node.params.pop(k, None)
             node.constants.pop(k, None)
         if self.per_channel:
-            set_constant(node, f"{prefix}scale", self.multiplier, self.multiplier_type)
-            set_constant(node, f"{prefix}shift", torch.as_tensor(self.shift).expand_as(self.multiplier),
+            set_constant(node, sc, self.multiplier, self.multiplier_type)
+            set_constant(node, sh, torch.as_tensor(self.shift).expand_as(self.multiplier),
                          self.shift_type)
             return
-        node.params[f"{prefix}scale_value"] = int(self.multiplier)
-        node.params[f"{prefix}shift_value"] = int(self.shift)
-        node.params[f"{prefix}scale_type"] = self.multiplier_type.value
-        node.params[f"{prefix}shift_type"] = self.shift_type.value
+        node.params[f"{sc}_value"] = int(self.multiplier)
+        node.params[f"{sh}_value"] = int(self.shift)
+        node.params[f"{sc}_type"] = self.multiplier_type.value
+        node.params[f"{sh}_type"] = self.shift_type.value
 
     @classmethod
-    def read(cls, node, prefix: str = "", required: bool = True) -> Optional["Rescale"]:
+    def read(cls, node, prefix: str = "", required: bool = True, suffix: str = "") -> Optional["Rescale"]:
         """The rescale a quantized layer stores (constants win over params, as in the tool chain)."""
-        m = _param_or_constant(node, f"{prefix}scale_value", f"{prefix}scale")
-        s = _param_or_constant(node, f"{prefix}shift_value", f"{prefix}shift")
+        m = _param_or_constant(node, f"{prefix}scale{suffix}_value", f"{prefix}scale{suffix}")
+        s = _param_or_constant(node, f"{prefix}shift{suffix}_value", f"{prefix}shift{suffix}")
         if m is None or s is None:
             if not required:
                 return None
-            missing = f"{prefix}scale_value" if m is None else f"{prefix}shift_value"
+            missing = f"{prefix}scale{suffix}_value" if m is None else f"{prefix}shift{suffix}_value"
             raise IRError(f"layer '{node.name}' ({node.type}): quantized, but '{missing}' "
                           f"(or the constant '{missing[:-6]}') is missing")
-        return cls(_int_or_tensor(m, node, prefix + "scale"), _int_or_tensor(s, node, prefix + "shift"))
+        return cls(_int_or_tensor(m, node, f"{prefix}scale{suffix}"), _int_or_tensor(s, node, f"{prefix}shift{suffix}"))
 
     def apply(self, x: torch.Tensor, zp, qmin, qmax) -> torch.Tensor:
         """qmath.requantize with this rescale (per channel: along the last axis)."""
