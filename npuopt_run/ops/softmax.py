@@ -76,9 +76,14 @@ def _lut(layer, q, axis, info):
         e = c - _ceil_log2_f32(table_max)
         z = ((y << e) + (total >> 1)) // denominator
         return requantize(layer, z, m, s + e, *top_bounds(layer))
+    return divide_once(layer, y, denominator, c, m, s, *top_bounds(layer))
+
+
+def divide_once(layer, y, denominator, c: int, m: int, s: int, zp, lo, hi):
+    """R(y * r, 1, s + e), r = floor(M * 2^e / D), e = c - ceil(log2 M) in float32 (also LogSoftmax's)."""
     e = c - _ceil_log2_f32(m)
     reciprocal = (m << e) // denominator
-    return requantize(layer, y * reciprocal, 1, s + e, *top_bounds(layer))
+    return requantize(layer, y * reciprocal, 1, s + e, zp, lo, hi)
 
 
 def _fast_exp(layer, q, axis, adjust: int):
