@@ -179,3 +179,58 @@ def test_logsoftmax_integers_are_close(tmp_path, mode, axis):
     near = want > math.log(1 / 16)
     assert near.any()
     assert (got - want)[near].abs().max() <= max(4.0 / out_t.scale, 0.07)
+
+
+# ---- forms only the tool chain writes ----------------------------------------------
+def _hand_ir(tmp_path, layer):
+    from tests.test_refrun import int8_input, write_qir
+    return write_qir(tmp_path, [dict(int8_input("x", [1, 3, 4, 8], scale=8.0), ranges=[[-128, 127]]), layer],
+                     ["x"], [layer["name"]])
+
+
+def _npuopt_and_refrun(tmp_path, txt, x, top):
+    from npuopt.ir import read_graph
+    from tests.test_refrun import run_qir
+    status, out = run_qir(tmp_path, txt, x)
+    assert status == 0
+    graph = read_graph(txt)
+    graph.forward([torch.from_numpy(x.astype("float32") / 8.0)], keep_tensors=True)
+    return graph.tensor(top).betensor.numpy().astype("int64"), out[top].astype("int64")
+
+
+def test_logsoftmax_float_table_form(tmp_path):
+    """The tool chain's default (X2) form: a float32 exp table, quantize_scale [c0, c1]; out =
+    round(d * c0 - log(sum exp) * c1) - zp in float32. npuopt and npuopt-run agree with each
+    other and with the float64 formula within one step."""
+    import numpy as np
+    s_in, s_out = 8.0, 7.9375
+    table = np.exp((np.arange(256) - 255) / s_in).astype(np.float32)
+    layer = dict(name="ls", type="LogSoftmax", bottoms=["x"], tops=["ls"], shapes=[[1, 3, 4, 8]], types=["int8"],
+                 ranges=[[-128, 127]], scales=[s_out], zps=[0], consts={"lut_exp": ("float32", table)},
+                 params=dict(axis=3, quantize_scale=[s_out / s_in, s_out], scale_value=1, shift_value=0))
+    x = np.random.default_rng(5).integers(-128, 128, size=[2, 3, 4, 8]).astype(np.int8)
+    ours, refrun = _npuopt_and_refrun(tmp_path, _hand_ir(tmp_path, layer), x, "ls")
+    np.testing.assert_array_equal(ours, refrun)
+    want = np.clip(np.rint(torch.log_softmax(torch.from_numpy(x / s_in), 3).numpy() * s_out), -128, 127)
+    assert np.abs(ours - want).max() <= 1 and len(np.unique(ours)) > 20
+
+
+def test_lrn_within_channel_as_the_tool_chain_writes_it(tmp_path):
+    """WITHIN_CHANNEL quantized (npuopt keeps it float, the tool chain writes it): W = the sum
+    of x^2 over the 3x3 window (zeros outside), a = R(W, 1, 4), g = lut[a] (16 index bits over
+    256 entries, interpolated), out = R(x * g, 1, 16)."""
+    import numpy as np
+    table = (65535 - np.arange(256) * 200).astype(np.uint16)
+    layer = dict(name="lrn", type="LRN", bottoms=["x"], tops=["lrn"], shapes=[[1, 3, 4, 8]], types=["int8"],
+                 ranges=[[-128, 127]], scales=[8.0], zps=[0], consts={"lut": ("uint16", table)},
+                 params=dict(method="WITHIN_CHANNEL", size=3, bias=1.0, alpha=0.1, beta=0.75, scale_sum_value=1,
+                             shift_sum_value=4, scale_value=1, shift_value=16))
+    x = np.random.default_rng(6).integers(-128, 128, size=[2, 3, 4, 8]).astype(np.int8)
+    ours, refrun = _npuopt_and_refrun(tmp_path, _hand_ir(tmp_path, layer), x, "lrn")
+    np.testing.assert_array_equal(ours, refrun)
+    sq = np.pad(x.astype(np.int64) ** 2, [(0, 0), (1, 1), (1, 1), (0, 0)])
+    w = sum(sq[:, i:i + 3, j:j + 4] for i in range(3) for j in range(3))
+    a = np.clip(np.rint(w / 16.0), 0, 65535).astype(np.int64)
+    t = np.append(table.astype(np.int64), table[-1])
+    g = t[a >> 8] + (((t[(a >> 8) + 1] - t[a >> 8]) * (a & 255)) >> 8)
+    np.testing.assert_array_equal(ours, np.clip(np.rint(x * g / 65536.0), -128, 127))

@@ -7,8 +7,8 @@ at the rescale scale_value/shift_value (~ P: p = softmax * P), then out = `lut_l
 y = lut_exp[d + 2^b - 1], S = sum y along the axis. If the axis is shorter than 8 and
 the rows are a multiple of 128: z = trunc(((y << 11) + (S >> 1)) / max(S, 1)),
 p = R(z, M, s + 11) into [0, P]; otherwise Softmax's divide-once form (c = 30 when the
-largest entry is 1, else 31). OPT's default target (X2) writes a float32 `lut_exp`
-instead (a float form): npuopt reads it as not supported yet."""
+largest entry is 1, else 31). OPT's default target (X2) writes a float32 `lut_exp` and
+`quantize_scale` instead (float_table_form): npuopt reads it, and writes the integer form."""
 import torch
 
 from ..dtype import Dtype
@@ -24,10 +24,9 @@ SMALL_AXIS_SHIFT = 11
 
 
 def log_softmax_integers(node, q: torch.Tensor, axis: int, x_t, out_t) -> torch.Tensor:
+    if node.get_constant("lut_exp").dtype.is_float:
+        return float_table_form(node, q, axis, x_t, out_t)
     table, dtype = fields.read_lut(node, "lut_exp")
-    if dtype.is_float:
-        raise IRError(f"layer '{node.name}' (LogSoftmax): a float32 lut_exp (the tool chain's float form) "
-                      "is not supported yet")
     b = x_t.qbits
     index = q - q.amax(dim=axis, keepdim=True) + ((1 << b) - 1)
     y = qmath.lut_lookup(index, table, b, dtype.bits, dtype.is_signed)
@@ -44,6 +43,32 @@ def log_softmax_integers(node, q: torch.Tensor, axis: int, x_t, out_t) -> torch.
         p = softmax.reciprocal_rescale(y, denominator, c, r.multiplier, r.shift, 0, 0, span)
     log_table, log_dtype = fields.read_lut(node, "lut_log")
     return qmath.lut_lookup(p.to(torch.int64), log_table, b, log_dtype.bits, log_dtype.is_signed)
+
+
+def float_lookup(index: torch.Tensor, table: torch.Tensor, index_bits: int) -> torch.Tensor:
+    """The tool chain's float table lookup: t[i] + (t[i+1] - t[i]) * r / 2^c in float32,
+    i = index >> c, r = index - (i << c), c = index_bits - log2(entries) (0: no
+    interpolation); the entry past the end repeats the last."""
+    c = max(0, index_bits - (table.numel().bit_length() - 1))
+    t = torch.cat([table, table[-1:]]).to(torch.float32)
+    i = index >> c
+    step = (t[i + 1] - t[i]) * (index - (i << c))
+    return t[i] + step / (1 << c)
+
+
+def float_table_form(node, q: torch.Tensor, axis: int, x_t, out_t) -> torch.Tensor:
+    """The tool chain's X2 form (float32 `lut_exp`, params `quantize_scale` = [c0, c1]):
+    out = clamp(round(fl32(d) * c0 - log(sum y) * c1) - zp_out), y = exp table at
+    d + 2^b - 1 (float lookup), the sum and logarithm in float32 (torch's order)."""
+    c = node.get_param("quantize_scale", None)
+    if not isinstance(c, list) or len(c) != 2 or not all(isinstance(v, (int, float)) for v in c):
+        raise IRError(f"layer '{node.name}' (LogSoftmax): a float32 lut_exp needs quantize_scale = [c0, c1], "
+                      f"got {c!r}")
+    d = q - q.amax(dim=axis, keepdim=True)
+    y = float_lookup(d + ((1 << x_t.qbits) - 1), node.get_constant("lut_exp").betensor, x_t.qbits)
+    log_sum = torch.log(y.sum(dim=axis, keepdim=True).to(torch.float32))
+    v = d.to(torch.float32) * float(c[0]) - log_sum * float(c[1])
+    return (torch.round(v).to(torch.int64) - int(out_t.zerop)).clamp(out_t.qmin, out_t.qmax)
 
 
 @op_register(OpType.LogSoftmax, "1.0")

@@ -8,9 +8,10 @@ over the size x size window around each pixel, counting only the pixels inside.
 Quantized (ACROSS_CHANNELS, inputs of at most 8 bits; docs/integer-semantics.md "LRN"):
 x = q + zp_in, W = the window sum of x^2 (exact), a = R(W, scale_sum_value,
 shift_sum_value) into [0, 65535], g = `lut`[a] (16 index bits, interpolated, uint16),
-out = R(x * g, scale_value, shift_value). WITHIN_CHANNEL stays float: the tool chain's
-quantized form divides its window sums by `size`, not by the window's pixel count, so it
-does not compute its own float form."""
+out = R(x * g, scale_value, shift_value); WITHIN_CHANNEL the same with W the sum over the
+size x size window (read from the tool chain's IRs). npuopt keeps WITHIN_CHANNEL float:
+the tool chain's quantized form divides its window sums by `size`, not by the window's
+pixel count, so it does not compute its own float form."""
 import torch
 import torch.nn.functional as F
 
@@ -67,6 +68,12 @@ def channel_window_sum(sq: torch.Tensor, size: int) -> torch.Tensor:
     return total
 
 
+def spatial_window_sum(sq: torch.Tensor, size: int) -> torch.Tensor:
+    """sum of sq (NHWC) over the size x size window around each pixel, zeros outside."""
+    p = (size - 1) // 2
+    return F.avg_pool2d(sq.permute(0, 3, 1, 2), size, 1, p, divisor_override=1).permute(0, 2, 3, 1)
+
+
 def lrn_float(x: torch.Tensor, method: str, size: int, bias: float, alpha: float, beta: float) -> torch.Tensor:
     sq = x * x
     if method == "ACROSS_CHANNELS":
@@ -86,11 +93,13 @@ def lrn_forward(self, *args):
     if not self.quantized:
         out_t.betensor = lrn_float(x_t.betensor.to(torch.float32), method, size, bias, alpha, beta)
         return out_t.betensor
-    if method != "ACROSS_CHANNELS":
-        raise IRError(f"layer '{self.name}' (LRN): quantized WITHIN_CHANNEL is not supported yet")
     x = x_t.betensor.to(torch.int64) + int(x_t.zerop)
+    if method == "ACROSS_CHANNELS":
+        w = channel_window_sum(x * x, size)
+    else:  # read only (the tool chain writes it; npuopt keeps it float): float64 sums, exact
+        w = spatial_window_sum((x * x).to(torch.float64), size).to(torch.int64)
     r_sum = Rescale.read(self, suffix="_sum")
-    a = qmath.requantize(channel_window_sum(x * x, size), r_sum.multiplier, r_sum.shift, 0, 0, (1 << SUM_BITS) - 1)
+    a = qmath.requantize(w, r_sum.multiplier, r_sum.shift, 0, 0, (1 << SUM_BITS) - 1)
     table, dtype = fields.read_lut(self)
     g = qmath.lut_lookup(a.to(torch.int64), table, SUM_BITS, dtype.bits, dtype.is_signed)
     y = Rescale.read(self).apply(x * g, out_t.zerop, out_t.qmin, out_t.qmax)

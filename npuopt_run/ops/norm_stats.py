@@ -1,8 +1,8 @@
 """LRN, Normalization, Moments, LogSoftmax (docs/integer-semantics.md, sections of the
 same names). R(X, M, s) = requantize into the top; x = q + zp_in unless said otherwise.
 
-* LRN (ACROSS_CHANNELS): W = the sum of x^2 over channels c - size//2 .. c + (size-1)//2,
-  a = R(W, scale_sum_value, shift_sum_value) into [0, 65535], g = lut[a] (16 index
+* LRN: W = the sum of x^2 over channels c - size//2 .. c + (size-1)//2 (ACROSS_CHANNELS) or
+  over the size x size window around the pixel (WITHIN_CHANNEL, zeros outside), a = R(W, scale_sum_value, shift_sum_value) into [0, 65535], g = lut[a] (16 index
   bits), out = R(x * g, scale_value, shift_value).
 * Normalization L1: S = sum |x| (shifted right by -s when s < 0, s then 0), y =
   trunc(fl32(x * M) / fl32(S)) (0 where S = 0), out = R(y, 1, s). L2: S = sum x^2,
@@ -17,7 +17,8 @@ same names). R(X, M, s) = requantize into the top; x = q + zp_in unless said oth
 * LogSoftmax (on q): y = lut_exp[q - max q + 2^b - 1], S = sum y; axis shorter than 8 and
   rows a multiple of 128: z = floor(((y << 11) + (S >> 1)) / max(S, 1)), p = R(z, M,
   s + 11) into [0, qmax - qmin] (zero point 0); else Softmax's divide-once form into the
-  same range; out = lut_log[p] (b index bits).
+  same range; out = lut_log[p] (b index bits). A float32 lut_exp (the tool chain's X2 form):
+  out = round(fl32(d) * c0 - log(sum y) * c1) - zp in float32, (c0, c1) = quantize_scale.
 """
 import numpy as np
 
@@ -71,6 +72,14 @@ def _channel_sums(v: np.ndarray, size: int) -> np.ndarray:
     return sum(padded[..., i:i + c] for i in range(size))
 
 
+def _spatial_sums(v: np.ndarray, size: int) -> np.ndarray:
+    """Sums over the size x size window around each pixel of NHWC v (zeros outside)."""
+    p = (size - 1) // 2
+    padded = np.pad(v, [(0, 0), (p, p), (p, p), (0, 0)])
+    h, w = v.shape[1:3]
+    return sum(padded[:, i:i + h, j:j + w] for i in range(size) for j in range(size))
+
+
 def lrn_float(layer, xs, infos):
     x = xs[0].astype(np.float64)
     method, size = _lrn_params(layer, x.ndim)
@@ -79,21 +88,15 @@ def lrn_float(layer, xs, infos):
     if method == "ACROSS_CHANNELS":
         mean = _channel_sums(sq, size) / size
     else:
-        p = (size - 1) // 2
-        spatial = [(0, 0), (p, p), (p, p), (0, 0)]
-        sums, counts = np.pad(sq, spatial), np.pad(np.ones_like(sq), spatial)
-        h, w = x.shape[1:3]
-        window = [(i, j) for i in range(size) for j in range(size)]
-        mean = sum(sums[:, i:i + h, j:j + w] for i, j in window) / sum(counts[:, i:i + h, j:j + w] for i, j in window)
+        mean = _spatial_sums(sq, size) / _spatial_sums(np.ones_like(sq), size)
     return [(x / np.power(bias + alpha * mean, beta)).astype(np.float32)]
 
 
 def lrn_int(layer, xs, infos):
     method, size = _lrn_params(layer, xs[0].ndim)
-    if method != "ACROSS_CHANNELS":
-        raise layer.error("quantized WITHIN_CHANNEL is not supported", "method")
     x = xs[0] + np.int64(infos[0].quant(layer)[1])
-    a = requantize(layer, _channel_sums(x * x, size), int_param(layer, "scale_sum_value"),
+    window_sums = _channel_sums if method == "ACROSS_CHANNELS" else _spatial_sums
+    a = requantize(layer, window_sums(x * x, size), int_param(layer, "scale_sum_value"),
                    int_param(layer, "shift_sum_value"), 0, 0, (1 << LRN_SUM_BITS) - 1)
     dtype = layer.const_types["lut"]
     g = lut_lookup(layer, a, layer.const("lut"), LRN_SUM_BITS, dtype.qmin, dtype.qmax)
@@ -208,12 +211,34 @@ def logsoftmax_float(layer, xs, infos):
     return [(d - np.log(np.exp(d).sum(axis=axis, keepdims=True))).astype(np.float32)]
 
 
+def _logsoftmax_float_table(layer, q, axis: int, b: int):
+    """The X2 form: y = lut_exp[d + 2^b - 1] looked up in float32 (t[i] + (t[i+1] - t[i]) * r
+    / 2^c), out = clamp(round_half_even(fl32(d) * c0 - log(sum y) * c1) - zp), in float32
+    with (c0, c1) = quantize_scale; the float32 sum in NumPy's order."""
+    c = layer.param("quantize_scale")
+    if not isinstance(c, list) or len(c) != 2 or not all(isinstance(v, (int, float)) for v in c):
+        raise layer.error(f"quantize_scale {c!r} must be two numbers", "quantize_scale")
+    table = layer.const("lut_exp").reshape(-1).astype(np.float32)
+    shift = max(0, b - (table.size.bit_length() - 1))
+    table = np.append(table, table[-1])
+    d = q - q.max(axis=axis, keepdims=True)
+    index = d + ((1 << b) - 1)
+    i = index >> shift
+    step = (table[i + 1] - table[i]) * (index - (i << shift)).astype(np.float32)
+    y = table[i] + step / np.float32(1 << shift)
+    log_sum = np.log(y.sum(axis=axis, keepdims=True, dtype=np.float32))
+    v = d.astype(np.float32) * np.float32(c[0]) - log_sum * np.float32(c[1])
+    zp, lo, hi = top_bounds(layer)
+    return np.clip(np.rint(v).astype(np.int64) - zp, lo, hi)
+
+
 def logsoftmax_int(layer, xs, infos):
     q = xs[0]
     axis = softmax_axis(layer, q.ndim)
-    exp_type, log_type = layer.const_types["lut_exp"], layer.const_types["lut_log"]
+    exp_type = layer.const_types["lut_exp"]
     if not exp_type.is_int:
-        raise layer.error("a float lut_exp (the tool chain's float form) is not supported", "lut_exp_type")
+        return [_logsoftmax_float_table(layer, q, axis, infos[0].dtype.bits)]
+    log_type = layer.const_types["lut_log"]
     b = infos[0].dtype.bits
     y = lut_lookup(layer, q - q.max(axis=axis, keepdims=True) + ((1 << b) - 1), layer.const("lut_exp"), b,
                    exp_type.qmin, exp_type.qmax)
