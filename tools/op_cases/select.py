@@ -55,6 +55,25 @@ def _cast(b, rng, x):
     return tops
 
 
+def _pow(b, rng, x):
+    """A positive base [N,4,6] to a broadcast exponent [N,4,1] and to a float constant 2.0;
+    a signed base [N,4,6] to integer constants 3 and 2; the signed base to the float 2.0
+    (kept in float: the sign step needs an integer exponent)."""
+    two = b.layer("Constant", "two", [], {}, {"weights": torch.full((6,), 2.0)})[0]
+    three_i = b.layer("Constant", "three_i", [], {}, {"weights": torch.full((1,), 3, dtype=torch.int32)})[0]
+    two_i = b.layer("Constant", "two_i", [], {}, {"weights": torch.full((4, 1), 2, dtype=torch.int32)})[0]
+    pairs = [("pow", x[0], x[1]), ("pow_const", x[0], two), ("pow_odd", x[2], three_i), ("pow_even", x[2], two_i),
+             ("pow_kept_float", x[2], two)]
+    return [b.layer("Pow", name, [base, exponent], {})[0] for name, base, exponent in pairs]
+
+
+def _pow_data(rng, shapes, n, value_range, run):
+    """Base in (0.05, 2], exponent in [0.5, 2.5], signed base in the case's range."""
+    base, exponent, signed = uniform_inputs(rng, shapes, n, value_range, run)
+    return [0.05 + (base - value_range[0]) / (value_range[1] - value_range[0]) * 1.95,
+            0.5 + (exponent - value_range[0]) / (value_range[1] - value_range[0]) * 2.0, signed]
+
+
 ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
 SHAPES = [(4, 6), (4, 1)]
 CASES = [
@@ -70,4 +89,9 @@ CASES = [
          SHAPES, _cast, calib_range=(-150.0, 300.0), run_range=(-160.0, 320.0)),
     Case("cast_asym", "the same with asymmetric activations", SHAPES, _cast, ASYM,
          calib_range=(-3.0, 7.0), run_range=(-3.0, 7.0)),
+    Case("pow", "Pow of a positive base to a broadcast exponent and a float constant, of a signed base to "
+         "integer constants (and to a float one: kept in float)", [(4, 6), (4, 1), (4, 6)], _pow,
+         calib_range=(-1.5, 1.5), run_range=(-1.5, 1.5), data=_pow_data),
+    Case("pow_asym", "the same with asymmetric activations", [(4, 6), (4, 1), (4, 6)], _pow, ASYM,
+         calib_range=(-1.0, 2.0), run_range=(-1.0, 2.0), data=_pow_data),
 ]
