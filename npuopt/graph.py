@@ -233,6 +233,18 @@ class PyGraph:
             raise GraphError(f"graph '{self.name}': layer {kind} {', '.join(parts)} "
                              f"{'is' if len(missing) == 1 else 'are'} not supported yet")
 
+    def mark_integer_tensors(self, device="cpu") -> None:
+        """A zero-input forward that marks every tensor computed in integers (indices,
+        counts, shapes) quantization-invariant: decided from the graph alone, so that
+        calibrating and loading a statistic_file give the same quantized graph."""
+        def mark(node):
+            for t in node.outputs:
+                if not t.betensor.is_floating_point():
+                    t.qinvariant = True
+        inputs = [torch.zeros((1,) + tuple(t.ir_shape[1:]), dtype=t.dtype.torch_dtype, device=device)
+                  for t in self.input_tensors]
+        self.forward(inputs, after_node=mark)
+
     def zero_forward(self, batch: int = 1, device="cpu") -> List[torch.Tensor]:
         """Forward with all-zero inputs of the IR's shapes: runs every op once."""
         inputs = [torch.zeros((batch,) + tuple(t.ir_shape[1:]), dtype=t.dtype.torch_dtype, device=device)

@@ -86,7 +86,8 @@ class OptMaster:
             OPT_INFO("skip_optimization: no calibration, quantization nor IR written")
         elif self.cfg.calibration_data or (stats_file and os.path.isfile(stats_file)):
             run_stage1_passes(self.graph)
-            self.graph.zero_forward(device=self.device)
+            self.global_calibration("before_calibration")
+            self.graph.mark_integer_tensors(device=self.device)
             self.calibrate()
             self.quantize()
         else:
@@ -148,6 +149,34 @@ class OptMaster:
         attach_statistics(self.graph, stats)
         self.report["calibration"] = {"statistic_file": path or None}
 
+    # ---- global calibration (stages 2-3) -------------------------------------
+    def calibration_batches(self):
+        """The calibration set again, batch by batch, as graph inputs (for the methods
+        that need data; a statistic_file alone cannot feed them)."""
+        cfg = self.cfg
+        if not (cfg.dataset and cfg.calibration_data):
+            raise ConfigError("field 'global_calibration': its methods need 'dataset' and 'calibration_data'")
+        dataset = make_dataset(cfg.dataset, cfg.calibration_data)
+        for b in batches(dataset, cfg.dataset, self.batch_size(cfg.calibration_batch_size), cfg.dataloader_workers,
+                         collate_fn=collate_of(dataset)):
+            yield self.graph_inputs(self.split(b)[0])
+
+    def global_calibration(self, stage: str) -> None:
+        """Run the cfg's global_calibration methods of `stage` on the float graph; after
+        calibration each layer's settings are in its attrs['qsettings'] while they run."""
+        from .quant.global_calibration import Context, methods_of, run_stage
+        if not any(m.stage == stage for m, _ in methods_of(self.cfg.global_calibration)):
+            return
+        if stage == "after_calibration":
+            for node in self.graph.nodes:
+                node.attrs["qsettings"] = self.settings[node.name]
+        started = time.perf_counter()
+        ran = run_stage(stage, self.cfg.global_calibration, Context(self.graph, self.calibration_batches,
+                                                                   self.device))
+        OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
+                 f"{time.perf_counter() - started:.1f} s")
+        self.report.setdefault("global_calibration", []).extend(ran)
+
     # ---- steps 6-9 -----------------------------------------------------------
     def quantize(self) -> None:
         from .quant.quantizer import build_quantized_graph, float_layers, layer_settings, write_template
@@ -159,6 +188,7 @@ class OptMaster:
         if modes is not None and any(m != "disable" for m in modes.values()):
             OPT_INFO("trigger_float_op: layers in a float mode are kept in float; npuopt computes and "
                      "writes them in float32 (it does not emulate float16/bfloat16)")
+        self.global_calibration("after_calibration")
         keep = float_layers(self.graph, self.settings)
         with quantized_graph_edits(self.graph, cfg):
             self.qgraph, keep = build_quantized_graph(self.graph, self.settings, keep)

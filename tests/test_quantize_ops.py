@@ -22,6 +22,7 @@ def _seed():
 
 def quantize(graph, data, **settings):
     """Calibrate `graph` on `data` (list of input batches) and quantize it."""
+    graph.mark_integer_tensors()
     calib = Calibrator(graph, 512, 0.9)
     attach_statistics(graph, calib.run([list(d) for d in data]))
     settings.setdefault("calibration_strategy_for_activation", "extrema")

@@ -57,3 +57,37 @@ image_layout = NCHW
         assert run.returncode == 0, run.stderr[-2000:]
     for name in ("sq_o.txt", "sq_o.bin", "sq_opt_template.json"):
         assert (tmp_path / "out1" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes(), name
+
+
+def test_calibrating_and_loading_the_statistic_file_write_identical_files(tmp_path):
+    """Issue 12: the quantized IR depends on the statistics, not on how they were had;
+    an integer tensor (ArgMinMax's indices) is quantization-invariant either way."""
+    import numpy as np
+    import torch
+
+    from npuopt.config import load_config
+    from npuopt.ir import write_graph
+    from npuopt.ir.builder import GraphBuilder
+    from npuopt.optmaster import OptMaster
+    from npuopt.plugins import load_plugins
+
+    gen = torch.Generator().manual_seed(0)
+    b = GraphBuilder("stat")
+    b.input("x", [1, 6, 8])
+    b.layer("FullyConnected", "fc", ["x"], dict(num_output=8),
+            {"weights": torch.randn(8, 8, generator=gen), "biases": torch.randn(8, generator=gen)})
+    b.layer("ArgMinMax", "argmax", ["fc"], dict(method="MAX", axis=2, select_last_index=False))
+    write_graph(b.build(["fc", "argmax"]), str(tmp_path / "stat.txt"))
+    np.save(tmp_path / "data.npy", torch.randn(32, 6, 8, generator=gen).numpy())
+    load_plugins()
+    written = {}
+    for run in ("calibrated", "loaded"):
+        cfg = tmp_path / f"{run}.cfg"
+        cfg.write_text(f"[Common]\ngraph = stat.txt\nmodel_name = stat\noutput_dir = {run}\n"
+                       f"dataset = NumpyDataset\ncalibration_data = data.npy\ncalibration_batch_size = 8\n"
+                       f"statistic_file = stat.statistics\n")
+        OptMaster(load_config(str(cfg))).run()
+        written[run] = [(tmp_path / run / name).read_bytes() for name in ("stat_o.txt", "stat_o.bin",
+                                                                          "stat_opt_template.json")]
+    assert written["calibrated"] == written["loaded"]
+    assert b"layer_top_type=[int32]" in written["loaded"][0] or b"int32" in written["loaded"][0]

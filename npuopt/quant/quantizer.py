@@ -121,8 +121,7 @@ class Calibrator:
     def observe(self, node: PyNode) -> None:
         for t in node.outputs:
             v = t.betensor
-            if not v.is_floating_point():
-                t.qinvariant = True
+            if not v.is_floating_point():  # integer tensors are qinvariant (PyGraph.mark_integer_tensors)
                 continue
             s = self.stats[t.name]
             before = s.nonfinite
