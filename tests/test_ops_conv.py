@@ -11,7 +11,13 @@ from npuopt.errors import IRError
 from test_ops_float import run
 from test_quantize_ops import batches, check, one_layer
 
-torch.manual_seed(0)
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """Each test draws its own numbers, whatever ran before it."""
+    torch.manual_seed(0)
+
+
 AXES = {2: ("y", "x"), 3: ("z", "y", "x")}
 PADS = {2: ("pad_top", "pad_bottom", "pad_left", "pad_right"),
         3: ("pad_z_begin", "pad_z_end", "pad_y_begin", "pad_y_end", "pad_x_begin", "pad_x_end")}
