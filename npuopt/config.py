@@ -293,10 +293,18 @@ QUANT_TYPE_BITS = {"w8a8": (8, 8, 32, 8)}
 
 
 # ---- global_calibration and mixed_precision_auto_search: OPT's syntax -------------------
-GLOBAL_CALIBRATION_METHODS = ("svd_quant", "easy_quant", "mvn_correction", "adaround", "adaquant_zy",
-                              "smooth_quant_zy", "awq_zy", "gptq_zy")
-_GC_ONE = re.compile(rf"({'|'.join(GLOBAL_CALIBRATION_METHODS)})"
+# OPT's method names; npuopt's own (cross-layer equalization, bias correction) are
+# registered in npuopt/quant/global_calibration with the ones it implements
+OPT_GLOBAL_CALIBRATION_METHODS = ("svd_quant", "easy_quant", "mvn_correction", "adaround", "adaquant_zy",
+                                  "smooth_quant_zy", "awq_zy", "gptq_zy")
+_GC_ONE = re.compile(rf"([a-z_][a-z0-9_]*)"
                      rf"(\[{_R}(,{_R})*\](\[\w+(,\w+)*\]|\[\(\d+,\d+\)(,\(\d+,\d+\))*\]|\{{.*\}})?)?")
+
+
+def global_calibration_methods():
+    """Every name global_calibration accepts: OPT's and those npuopt implements."""
+    from .quant.global_calibration import METHODS
+    return sorted(set(OPT_GLOBAL_CALIBRATION_METHODS) | set(METHODS))
 
 
 def _global_calibration(s):
@@ -307,7 +315,7 @@ def _global_calibration(s):
     methods = []
     for part in text.split("&"):
         m = _GC_ONE.fullmatch(part)
-        if not m:
+        if not m or m.group(1) not in global_calibration_methods():
             raise ValueError
         params = [float(x) for x in re.findall(_R, part[len(m.group(1)):].split("]")[0])] if m.group(2) else []
         methods.append((m.group(1), params, part[len(m.group(1)):]))
@@ -315,8 +323,10 @@ def _global_calibration(s):
 
 
 def _global_calibration_unsupported(methods) -> str:
-    names = ", ".join(name for name, _, _ in methods)
-    return f"global calibration ({names}) is not implemented in npuopt yet; use 'none'" if methods else ""
+    from .quant.global_calibration import METHODS
+    missing = [name for name, _, _ in methods if name not in METHODS]
+    return f"global calibration ({', '.join(missing)}) is not implemented in npuopt yet; " \
+           f"implemented: {', '.join(sorted(METHODS)) or 'none'}" if missing else ""
 
 
 def _mixed_precision(s):
@@ -434,7 +444,7 @@ register_field("set_qinvariant_for_start_nodes", "", _layer_ids,
                "comma-separated layer ids like 0 or 0,2")
 register_field("resize_degrade_to_nearest", "false", _bool, "Resize layers use the nearest method instead of their own", _B, per_layer=True)
 register_field("global_calibration", "none", _global_calibration,
-               "OPT's global calibration methods (easy_quant, adaround, ...): parsed, not implemented yet",
+               "global calibration methods run on the whole graph with the calibration data (see README)",
                "none, or methods like easy_quant[...] joined by &", unsupported=_global_calibration_unsupported)
 register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,
                "OPT's automatic 8/16-bit/float choice per layer: parsed, not implemented yet (batches 0: off)",

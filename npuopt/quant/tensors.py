@@ -93,14 +93,36 @@ def store_output(node, y: torch.Tensor, out: PyTensor) -> torch.Tensor:
 
 
 # ---- weights and biases -----------------------------------------------------
-def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1):
-    """Replace float constant `key` by its integers: per channel along `axis`, per group
-    of channels (per-tensor settings on a grouped layer, as the tool chain does), or
-    per tensor; symmetric (zp 0) or asymmetric; signed, weight_bits wide. Returns the
-    scale (a number, or a float32 tensor along `axis`)."""
+class WeightGrid:
+    """The integer grid a layer's float weights are rounded onto, decided from the
+    weights and the layer's settings alone: q = clamp(round(w * scale - zp), qmin, qmax),
+    scale and zp numbers or float32 tensors along `axis`. Global calibration
+    (quant/global_calibration) reads it to choose roundings other than the nearest."""
+
+    def __init__(self, scale, zp, qmin: int, qmax: int, bits: int, axis: int, ndim: int):
+        self.scale, self.zp, self.qmin, self.qmax, self.bits, self.axis = scale, zp, qmin, qmax, bits, axis
+        self.per_channel = isinstance(scale, torch.Tensor)
+        self._shape = [1] * ndim
+        self._shape[axis] = -1
+
+    def along(self, v):
+        """scale or zp shaped to broadcast against the weights."""
+        return v.reshape(self._shape) if isinstance(v, torch.Tensor) else v
+
+    def quantize(self, w: torch.Tensor) -> torch.Tensor:
+        """Round to nearest (the default rounding), float32 holding integers."""
+        return qmath.quantize(w, self.along(self.scale), self.along(self.zp), self.qmin, self.qmax)
+
+    def dequantize(self, q: torch.Tensor) -> torch.Tensor:
+        return qmath.dequantize(q, self.along(self.scale), self.along(self.zp))
+
+
+def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1) -> WeightGrid:
+    """The grid of float constant `key`: per channel along `axis`, per group of
+    channels (per-tensor settings on a grouped layer, as the tool chain does), or per
+    tensor; symmetric (zp 0) or asymmetric; signed, weight_bits wide."""
     st = settings_of(node)
-    c = node.get_constant(key)
-    w = c.betensor.detach().to(torch.float32).cpu()
+    w = node.get_constant(key).betensor.detach().to(torch.float32).cpu()
     method = QuantMethod.parse(st.quantize_method_for_weight)
     per_group = not method.per_channel and groups > 1
     stats = Statistics.of_constant(w, st.histc_bins, axis if method.per_channel or per_group else None)
@@ -115,18 +137,31 @@ def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1)
         lo, hi = min(lo, 0.0), max(hi, 0.0)
     scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.weight_bits, method.symmetric,
                                                       method.full_range, True)
-    if isinstance(scale, torch.Tensor):
-        shape = [1] * w.dim()
-        shape[axis] = -1
-        q = qmath.quantize(w, scale.reshape(shape), zp.reshape(shape), qmin, qmax)
-        c.key_axis = axis
+    return WeightGrid(scale, zp, qmin, qmax, st.weight_bits, axis, w.dim())
+
+
+def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
+    """A global calibration method's rounding of constant `key` (integers on the
+    layer's WeightGrid), used by quantize_weights instead of rounding to nearest."""
+    node.attrs.setdefault("planned_integers", {})[key] = q.detach().to(torch.float32).cpu()
+
+
+def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1):
+    """Replace float constant `key` by its integers on its WeightGrid: the rounding a
+    global calibration method planned for it, or the nearest. Returns the scale (a
+    number, or a float32 tensor along `axis`)."""
+    c = node.get_constant(key)
+    grid = weight_grid(node, key, axis, groups)
+    planned = node.attrs.get("planned_integers", {}).get(key)
+    if planned is not None and tuple(planned.shape) == tuple(c.betensor.shape):
+        q = planned.clamp(grid.qmin, grid.qmax)
     else:
-        q = qmath.quantize(w, scale, zp, qmin, qmax)
-        c.key_axis = None
-    dtype = Dtype.integer(st.weight_bits, True)
+        q = grid.quantize(c.betensor.detach().to(torch.float32).cpu())
+    c.key_axis = axis if grid.per_channel else None
+    dtype = Dtype.integer(grid.bits, True)
     c.betensor = q.to(dtype.torch_dtype).to(c.betensor.device)
-    c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, scale, zp, st.weight_bits, qmin, qmax
-    return scale
+    c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, grid.scale, grid.zp, grid.bits, grid.qmin, grid.qmax
+    return grid.scale
 
 
 def integer_weights(c: PyTensor) -> torch.Tensor:

@@ -1,0 +1,95 @@
+"""Global calibration: algorithms that look at the whole float graph and the
+calibration data and change what quantization will decide (design.md, stages 2-3).
+
+A method is a function registered under OPT's name with the stage it runs at:
+
+* ``before_calibration``: edits the float graph itself (cross-layer equalization);
+  calibration then measures the edited graph;
+* ``after_calibration``: reads the calibrated graph, each layer's settings
+  (``node.attrs["qsettings"]``) and the calibration batches, and edits float biases
+  or plans weight roundings (``tensors.plan_weight_integers``) on the grid that
+  ``tensors.weight_grid`` gives; the op quantize functions then apply the plan.
+
+``global_calibration = adaround[10,...] & bias_correction`` runs the methods in the
+order given (OPT's syntax: ``name[params][scope]``). Methods live one per module in
+this package and register themselves with ``@global_calibration``.
+"""
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List
+
+import torch
+from tqdm import tqdm
+
+from ...errors import ConfigError
+
+STAGES = ("before_calibration", "after_calibration")
+
+
+@dataclass
+class Method:
+    name: str
+    stage: str
+    run: Callable
+    doc: str
+
+
+METHODS: Dict[str, Method] = {}
+
+
+def global_calibration(name: str, stage: str):
+    """Register a global calibration method `fn(ctx, params)` under `name`."""
+    if stage not in STAGES:
+        raise ValueError(f"global calibration '{name}': stage must be one of {STAGES}")
+
+    def wrap(fn):
+        METHODS[name.lower()] = Method(name.lower(), stage, fn, (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+    return wrap
+
+
+@dataclass
+class Context:
+    """What a method may read and change: the float graph (after stage-1 passes), the
+    per-layer settings (each node's attrs['qsettings'] while methods run), the
+    calibration batches (`batches()` yields lists of graph inputs, read anew at each
+    call) and the device."""
+    graph: object
+    batches: Callable[[], Iterator[List[torch.Tensor]]]
+    device: torch.device = torch.device("cpu")
+
+    def progress(self, items, desc: str, total: int = None) -> Iterator:
+        return tqdm(items, desc=desc, total=total, unit="layer", leave=False)
+
+
+def methods_of(spec) -> List[tuple]:
+    """[(Method, params)] of the cfg's parsed global_calibration, unknown ones refused."""
+    out = []
+    for name, params, _scope in spec or []:
+        method = METHODS.get(name)
+        if method is None:
+            known = ", ".join(sorted(METHODS)) or "none"
+            raise ConfigError(f"field 'global_calibration': method '{name}' is not implemented in npuopt "
+                              f"(implemented: {known})")
+        out.append((method, params))
+    return out
+
+
+def run_stage(stage: str, spec, ctx: Context) -> List[str]:
+    """Run the methods of `spec` that belong to `stage`, in order; their names."""
+    ran = []
+    for method, params in methods_of(spec):
+        if method.stage == stage:
+            method.run(ctx, params)
+            ran.append(method.name)
+    return ran
+
+
+def _load_methods() -> None:
+    import importlib
+    import pkgutil
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_load_methods()
