@@ -5,8 +5,9 @@ from typing import Dict, List
 import torch
 
 from .errors import GraphError, IRError
+from .plugins import plugin_code
 from .registry import OP_FORWARDS, OP_QUANTIZERS
-from .tensor import PyTensor
+from .tensor import PyTensor, opt_form
 
 _MISSING = object()
 
@@ -18,6 +19,7 @@ _FROM_SETTINGS = {
     "q_strategy_activation": "calibration_strategy_for_activation",
     "q_strategy_weight": "calibration_strategy_for_weight", "lut_items_in_bits": "lut_items_in_bits",
     "multiplier_bits": "multiplier_bits", "histc_bins": "histc_bins", "trigger_float_op": "trigger_float_op",
+    "unify_shifts_for_aiff": "unify_shifts_for_aiff",
 }
 # attrs the Compass Optimizer copies from cfg fields npuopt has no per-layer setting for
 # (read with the field's per-layer form); values the plugins see, with OPT's meaning
@@ -148,27 +150,86 @@ class PyNode:
         old, self.outputs = self.outputs[k], list(self.outputs[:k]) + [t] + list(self.outputs[k + 1:])
         return old
 
+    def set_ir_field(self, key: str, value, dtype=None) -> None:
+        """Store an IR field as the Compass Optimizer does: a tensor of several values as a
+        constant (of `dtype`, else the narrowest integer type holding it), a one-value
+        tensor or a number as a param (cast to int or float by `dtype`), anything else as
+        a param unchanged."""
+        from .utils.dtype_utils import range2dtype
+        if isinstance(value, torch.Tensor) and value.numel() > 1:
+            if dtype is None:
+                lo, hi = value.min().item(), value.max().item()
+                dtype = range2dtype(lo, hi, force_int=lo < 0)[1]
+            self.constants[key] = PyTensor(f"{self.name}_{key}", value.to(dtype.torch_dtype), dtype)
+        elif isinstance(value, torch.Tensor) or (isinstance(value, (int, float)) and dtype is not None):
+            v = value.item() if isinstance(value, torch.Tensor) else value
+            self.params[key] = float(v) if dtype is not None and dtype.is_float else int(v)
+        else:
+            self.params[key] = value
+
+    def get_ir_field(self, keys, default_value=None):
+        """The first of `keys` (a name or a list) that the layer has: a constant's value,
+        else a param; `default_value` when none is there."""
+        for key in [keys] if isinstance(keys, str) else keys:
+            if key in self.constants:
+                return self.constants[key].betensor
+            if key in self.params:
+                return self.params[key]
+        return default_value
+
+    @property
+    def parents(self) -> List["PyNode"]:
+        """The layers that wrote this layer's inputs (known once they ran)."""
+        out = []
+        for t in self.inputs:
+            if t.pnode is not None and t.pnode not in out:
+                out.append(t.pnode)
+        return out
+
+    def get_ancestors(self):
+        """(this layer and every layer upstream of it, ancestors first; how many of them
+        have no parents; how many are Constant layers), as the Compass Optimizer returns them."""
+        ancestors, seen, queue = [self], {self.name}, [self]
+        roots = constants = 0
+        while queue:
+            node = queue.pop(0)
+            roots += not node.parents
+            constants += node.type == "Constant"
+            for parent in node.parents:
+                if parent.name not in seen:
+                    seen.add(parent.name)
+                    queue.append(parent)
+                    ancestors.insert(0, parent)
+        return ancestors, roots, constants
+
     def get_constant(self, key: str) -> PyTensor:
         if key not in self.constants:
             raise IRError(f"layer '{self.name}' ({self.type}): missing constant '{key}'")
         return self.constants[key]
 
     def forward(self, *args):
-        fn = OP_FORWARDS.get(self.type)
-        if fn is None:
-            raise GraphError(f"layer '{self.name}': no forward function registered for layer type '{self.type}'")
-        self._own_outputs()
-        out = fn(self, *args)
+        out = self._call(OP_FORWARDS, "forward", args)
         if not self.quantized and self.placeholders:
             self._observe_placeholders()
         return out
 
     def quantize(self, *args):
-        fn = OP_QUANTIZERS.get(self.type)
-        if fn is None:
-            raise GraphError(f"layer '{self.name}': no quantize function registered for layer type '{self.type}'")
+        return self._call(OP_QUANTIZERS, "quantize", args)
+
+    def _call(self, registry, what: str, args):
+        """The registered function of this layer type; a user's plugin sees the tensors in
+        the Compass Optimizer's form (tensor.opt_form), npuopt's own functions in npuopt's."""
+        reg = registry.best(self.type)
+        if reg is None:
+            raise GraphError(f"layer '{self.name}': no {what} function registered for layer type '{self.type}'")
         self._own_outputs()
-        return fn(self, *args)
+        if reg.builtin:
+            return reg.obj(self, *args)
+        for c in self.constants.values():  # the Compass Optimizer's constants are per channel along axis 0
+            if c.key_axis is None and c.betensor.dim():
+                c.key_axis = 0
+        with opt_form(True), plugin_code(reg, f"the {what} function of layer '{self.name}' ({self.type})"):
+            return reg.obj(self, *args)
 
     def _own_outputs(self) -> None:
         for t in list(self.outputs) + list(self.placeholders):

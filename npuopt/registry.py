@@ -6,6 +6,7 @@ naming both files); among the user's, or among the built-ins, the highest
 version wins, then the one registered last. Dataset and metric names are
 case-insensitive, as in the Compass Optimizer.
 """
+import functools
 import inspect
 import os
 from dataclasses import dataclass
@@ -80,9 +81,10 @@ class Registration:
     def version_key(self):
         return _version_key(self.version, self.source)
 
-    @property
+    @functools.cached_property
     def builtin(self) -> bool:
-        """Registered by npuopt's own ops or built-in plugins (not a user's file)."""
+        """Registered by npuopt's own ops or built-in plugins (not a user's file); asked
+        on every layer's forward, so resolved once."""
         return is_builtin_source(self.source)
 
     @property

@@ -1,4 +1,5 @@
 """PyTensor: a named tensor of the graph with its value and its quantization."""
+import contextlib
 from typing import Optional, Sequence
 
 import numpy as np
@@ -41,6 +42,53 @@ def _as_value(value, dtype: Optional[Dtype]):
     return value, dtype
 
 
+_OPT_FORM = [False]  # whether tensors show the Compass Optimizer's form now (see opt_form)
+
+
+@contextlib.contextmanager
+def opt_form(on: bool):
+    """While on, scale, zerop, min and max read as 1-D tensors on the value's device,
+    as the Compass Optimizer's PyTensor holds them (its op files index them, `zerop[0]`);
+    one-element tensors written meanwhile are stored as numbers, npuopt's per-tensor form.
+    PyNode turns it on around a user plugin's forward and quantize functions."""
+    before, _OPT_FORM[0] = _OPT_FORM[0], bool(on)
+    try:
+        yield
+    finally:
+        _OPT_FORM[0] = before
+
+
+def _shown(self, v, float_values: bool):
+    if not _OPT_FORM[0] or v is None:
+        return v
+    t = torch.as_tensor(v, device=self.betensor.device)
+    return (t.float() if float_values else t).reshape(-1)
+
+
+def _stored(v, float_values: bool):
+    if not (_OPT_FORM[0] and isinstance(v, torch.Tensor) and v.numel() == 1):
+        return v
+    v = v.item()
+    return float(v) if float_values else (int(v) if float(v).is_integer() else v)
+
+
+def _quant_field(key: str, float_values: bool):
+    def get(self):
+        return _shown(self, self.__dict__[key], float_values)
+
+    def set(self, value):
+        self.__dict__[key] = _stored(value, float_values)
+    return property(get, set)
+
+
+def get_tensor_default_property():
+    """The PyTensor attributes that hold a tensor's quantization, calibrated range and
+    origin: a plugin that backs them up (getattr) and restores them (setattr) undoes what
+    a quantize function changed, as with the Compass Optimizer's list."""
+    return ["_scale", "_zerop", "qbits", "qmin", "qmax", "qinvariant", "dtype", "block_size", "key_axis",
+            "ir_shape", "ir_dtype", "ir_range", "pnode", "statistics", "_range"]
+
+
 class PyTensor:
     """A tensor: an edge between layers, or a constant of one layer.
 
@@ -74,6 +122,10 @@ class PyTensor:
         self.ir_dtype = self.dtype  # the dtype the IR gave (the Compass Optimizer's layer_top_type)
         self.block_size = None      # per-block quantization: npuopt has none
         self._range = {}
+
+    scale = _quant_field("_scale", True)
+    zerop = _quant_field("_zerop", False)
+    shape = property(lambda self: self.betensor.shape)
 
     @property
     def is_quantized(self) -> bool:
@@ -122,12 +174,12 @@ class PyTensor:
         return lo if key.startswith("min") else hi
 
     def _set_range(key):
-        def setter(self, value):
-            self._range[key] = value
+        def setter(self, value):  # a new dict: a backup of _range (get_tensor_default_property) stays as it was
+            self._range = {**self._range, key: value if key.endswith("_key_axis") else _stored(value, True)}
         return setter
 
-    min = property(lambda self: self._calibrated("min"), _set_range("min"))
-    max = property(lambda self: self._calibrated("max"), _set_range("max"))
+    min = property(lambda self: _shown(self, self._calibrated("min"), True), _set_range("min"))
+    max = property(lambda self: _shown(self, self._calibrated("max"), True), _set_range("max"))
     min_key_axis = property(lambda self: self._calibrated("min_key_axis"), _set_range("min_key_axis"))
     max_key_axis = property(lambda self: self._calibrated("max_key_axis"), _set_range("max_key_axis"))
     extrema_min = property(lambda self: self.statistics.min if self.statistics else self._calibrated("min"))

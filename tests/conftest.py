@@ -47,6 +47,25 @@ def squeezenet(ir_examples, tmp_path_factory) -> Path:
     return txt
 
 
+@pytest.fixture(scope="session")
+def opt_root(tmp_path_factory) -> Path:
+    """The Compass Optimizer 4.2 extracted from ../shared/reference (the folder holding
+    AIPUBuilder/ and its readme.md)."""
+    from opt_oracle import OPT_TARBALL, extract_opt
+    if not OPT_TARBALL.is_file():
+        pytest.skip(f"the tool chain's reference is absent: {OPT_TARBALL} (../shared beside the checkout)")
+    return extract_opt(tmp_path_factory.mktemp("opt"))
+
+
+@pytest.fixture(scope="session")
+def ported(opt_root, tmp_path_factory) -> Path:
+    """The Compass Optimizer's plugin files ported with the documented rule: <folder>/plugins, <folder>/ops."""
+    from port_opt_plugins import port
+    dest = tmp_path_factory.mktemp("ported")
+    port(opt_root / "AIPUBuilder" / "Optimizer", dest)
+    return dest
+
+
 def write_tiny_ir(folder: Path, name: str = "tiny") -> Path:
     """A valid 4-layer float IR with constants: x -> conv (weights, biases) -> sig -> prob.
 

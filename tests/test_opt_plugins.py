@@ -26,10 +26,9 @@ from npuopt.utils import (QuantMode, bits2dtype, bits2range, dtype2bits, dtype2n
                           range2dtype)
 
 from conftest import REPO
-from opt_oracle import OPT_TARBALL, extract_opt
 
 sys.path.insert(0, str(REPO / "tools"))
-from port_opt_plugins import port, port_text  # noqa: E402
+from port_opt_plugins import port_text  # noqa: E402
 
 MEASURE = textwrap.dedent('''
     import json, os, sys
@@ -60,16 +59,6 @@ def measure(folders, cwd):
             out[path.name] = ("registered" if real in data["registered"] else
                               data["failed"].get(real, "loaded"))
     return out
-
-
-@pytest.fixture(scope="module")
-def ported(tmp_path_factory):
-    if not OPT_TARBALL.is_file():
-        pytest.skip(f"the tool chain's reference is absent: {OPT_TARBALL} (../shared beside the checkout)")
-    root = extract_opt(tmp_path_factory.mktemp("opt"))
-    dest = tmp_path_factory.mktemp("ported")
-    port(root / "AIPUBuilder" / "Optimizer", dest)
-    return dest
 
 
 def _report(title, results, names):

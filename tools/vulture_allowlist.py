@@ -38,6 +38,13 @@ _.to_restricted_range
 _.QConfig
 _.Train
 _.align_mode         # lookup_lut_powerof2's parameter in OPT's signature
+_.set_ir_field
+_.get_ir_field
+_.get_ancestors
+_.activation_type    # QuantType's queries
+_.weight_type
+_.bias_type
+_._to_Dtype
 
 # parameters of aten ops' schemas: the exporter's handlers take them by name
 _.implicit

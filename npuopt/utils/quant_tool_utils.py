@@ -1,9 +1,12 @@
 """Linear quantization helpers by the Compass Optimizer's names, on npuopt.quant.qmath."""
+import math
 from collections import namedtuple
 
 import torch
 
 from ..errors import NpuoptError
+from ..logger import OPT_WARN
+from ..tensor import PyTensor
 from ..quant import qmath
 from ..registry import OpType
 from .dtype_utils import (batch_construct_torch_tensor, bits2dtype, construct_torch_tensor, dtype2range,
@@ -11,9 +14,9 @@ from .dtype_utils import (batch_construct_torch_tensor, bits2dtype, construct_to
 from ..dtype import Dtype
 
 __all__ = [
-    "QuantMode", "SHIFT_DTYPE", "ABSORB_INPUT_SCALE_OP", "OP_ONLY_CHANGE_SHAPE", "get_linear_quant_params_from_tensor",
-    "linear_quantize_clip", "linear_dequantize", "get_scale_approximation_params", "linear_requantize",
-    "linear_requantize_floor", "cosine_distance",
+    "QuantMode", "QuantType", "SHIFT_DTYPE", "ABSORB_INPUT_SCALE_OP", "OP_ONLY_CHANGE_SHAPE",
+    "get_linear_quant_params_from_tensor", "linear_quantize_clip", "linear_dequantize", "get_scale_approximation_params", "linear_requantize",
+    "linear_requantize_floor", "cosine_distance", "unify_shifts_for_aiff_with_per_n_channel_quant",
 ]
 
 SHIFT_DTYPE = Dtype.INT8
@@ -113,6 +116,46 @@ class QuantMode:
     @classmethod
     def to_restricted_range(cls, mode_name):
         return cls._with(mode_name, is_full_range=False)
+
+
+class QuantType:
+    """The quant_type names whose dtypes npuopt has: (activation, weight, bias) dtypes
+    of each; a float activation type makes it a float (or weight-only) quantization."""
+    _DTYPES = {
+        "w8a8": ("int8", "int8", "int32"), "w16a16": ("int16", "int16", "int64"),
+        "w4": ("float16", "aligned_int4", "float32"), "w8": ("float16", "int8", "float32"),
+        "w4afp16": ("float16", "aligned_int4", "float32"), "w8afp16": ("float16", "int8", "float32"),
+        "w4abfp16": ("bfloat16", "aligned_int4", "float32"), "w8abfp16": ("bfloat16", "int8", "float32"),
+        "fp16": ("float16", "float16", "float32"), "bf16": ("bfloat16", "bfloat16", "float32"),
+        "bfp16": ("bfloat16", "bfloat16", "float32"),
+    }
+
+    @classmethod
+    def _types(cls, name: str):
+        key = str(name).lower()
+        if key not in cls._DTYPES:
+            raise NpuoptError(f"quant_type '{name}' is not one npuopt knows ({', '.join(cls._DTYPES)})")
+        return cls._DTYPES[key]
+
+    @classmethod
+    def is_float(cls, name: str) -> bool:
+        return Dtype(cls._types(name)[0]).is_float
+
+    @classmethod
+    def activation_type(cls, name: str) -> str:
+        return cls._types(name)[0]
+
+    @classmethod
+    def weight_type(cls, name: str) -> str:
+        return cls._types(name)[1]
+
+    @classmethod
+    def bias_type(cls, name: str) -> str:
+        return cls._types(name)[2]
+
+    @staticmethod
+    def _to_Dtype(name_or_dtype) -> Dtype:
+        return name_or_dtype if isinstance(name_or_dtype, Dtype) else Dtype.from_name(name_or_dtype)
 
 
 def get_linear_quant_params_from_tensor(x, quant_mode: str, bits: int, is_signed: bool):
@@ -237,3 +280,42 @@ def cosine_distance(a, b) -> float:
     if denom == 0.0:
         return 1.0 if float(x.norm() + y.norm()) == 0.0 else 0.0
     return float((x * y).sum()) / denom
+
+
+def unify_shifts_for_aiff_with_per_n_channel_quant(node, xt, xt_q_mode: str, xt_q_bits: int, xt_signed: bool,
+                                                   rescales_calc_func, initial_group: int = 0,
+                                                   max_scale=32767.):
+    """Quantize PyTensor `xt` per group of channels along its key_axis (`initial_group`
+    groups, <1: one per channel; the groups' ranges merged from min_key_axis/max_key_axis)
+    and return the (multiplier, type, shift, type) of rescales_calc_func(xt). With the
+    layer's unify_shifts_for_aiff the channels share one shift (qmath.unify_shifts, at most
+    `max_scale`); while that rounds a multiplier to 0, the groups are halved and tried
+    again (a warning says how many channels then share a scale)."""
+    bits = node.get_attrs("multiplier_bits", optional=True, default_value=node.attrs["q_bits_activation"])
+    lo_all, hi_all = xt.min_key_axis, xt.max_key_axis
+    channels = lo_all.numel()
+    groups = first = channels if initial_group < 1 else min(initial_group, channels)
+    mode = QuantMode.to_per_channel(xt_q_mode)
+    while True:
+        size = math.ceil(channels / groups)
+        pad = groups * size - channels
+        merged = PyTensor("per_n_channel_ranges")
+        merged.key_axis = 0
+        merged.min_key_axis = torch.nn.functional.pad(lo_all, (0, pad)).reshape(-1, size).min(dim=1).values
+        merged.max_key_axis = torch.nn.functional.pad(hi_all, (0, pad)).reshape(-1, size).max(dim=1).values
+        scale, zp, xt.qmin, xt.qmax, xt.dtype = get_linear_quant_params_from_tensor(merged, mode, xt_q_bits, xt_signed)
+        xt.scale = scale.repeat_interleave(size)[:channels]
+        xt.zerop = zp.repeat_interleave(size)[:channels]
+        mult, mult_type, shift, shift_type = get_scale_approximation_params(
+            rescales_calc_func(xt), bits, force_shift_positive=node.force_shift_positive)
+        if not node.attrs["unify_shifts_for_aiff"]:
+            break
+        mult, shift = qmath.unify_shifts(mult.long(), shift.long(), int(max_scale))
+        mult_type, shift_type = Dtype.UINT16, SHIFT_DTYPE
+        if int(mult.min()) > 0 or groups == 1:
+            break
+        groups >>= 1
+    if groups != first:
+        OPT_WARN(f"layer '{node.name}' ({node.type}): its rescales differ too much across channels for one shared "
+                 f"shift; {size} channels share each scale (per-{size}-channel quantization)")
+    return mult, mult_type, shift, shift_type
