@@ -15,8 +15,9 @@ from ..dtype import Dtype
 
 __all__ = [
     "QuantMode", "QuantType", "SHIFT_DTYPE", "ABSORB_INPUT_SCALE_OP", "OP_ONLY_CHANGE_SHAPE",
-    "get_linear_quant_params_from_tensor", "linear_quantize_clip", "linear_dequantize", "get_scale_approximation_params", "linear_requantize",
-    "linear_requantize_floor", "cosine_distance", "unify_shifts_for_aiff_with_per_n_channel_quant",
+    "get_linear_quant_params_from_tensor", "linear_quantize_clip", "linear_dequantize",
+    "get_scale_approximation_params", "linear_requantize", "linear_requantize_floor", "cosine_distance",
+    "unify_shifts_for_aiff_with_per_n_channel_quant",
 ]
 
 SHIFT_DTYPE = Dtype.INT8
