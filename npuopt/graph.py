@@ -221,6 +221,7 @@ class PyGraph:
         """Every layer type has a forward; otherwise one error listing every missing type
         (with how many layers and the first of them), before anything runs."""
         import npuopt.ops  # noqa: F401  (built-in ops register on import)
+        from .plugins import failed_imports
         from .registry import OP_FORWARDS
         missing: Dict[str, List[str]] = OrderedDict()
         for node in self.nodes:
@@ -231,7 +232,7 @@ class PyGraph:
                      for t, names in missing.items()]
             kind = "type" if len(missing) == 1 else "types"
             raise GraphError(f"graph '{self.name}': layer {kind} {', '.join(parts)} "
-                             f"{'is' if len(missing) == 1 else 'are'} not supported yet")
+                             f"{'is' if len(missing) == 1 else 'are'} not supported yet{failed_imports()}")
 
     def mark_integer_tensors(self, device="cpu") -> None:
         """A zero-input forward that marks every tensor computed in integers (indices,

@@ -12,6 +12,7 @@ Each file is executed once whatever name imports it. While a folder's files load
 its X.py also stands for a built-in `npuopt.ops.X` of the same name (the user's
 module wins there too); built-in ops keep their own modules.
 """
+import contextlib
 import importlib.abc
 import importlib.util
 import os
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Dict, List, Optional
 
+from .errors import NpuoptError, PluginError, one_line
 from .logger import OPT_DEBUG, OPT_WARN
-from .registry import OP_APPROXIMATORS, OP_FORWARDS, OP_QUANTIZERS, PLUGINS
+from .registry import OP_APPROXIMATORS, OP_FORWARDS, OP_QUANTIZERS, PLUGINS, Registration
 
 SIBLING_PACKAGES = ("npuopt.ops", "npuopt.plugins")
 # makes `npuopt.plugins.X` importable (a package's submodule); the finder below resolves X
@@ -177,13 +179,36 @@ def _import_file(path: str) -> ModuleType:
     return module
 
 
+@contextlib.contextmanager
+def plugin_code(reg: Registration, what: str):
+    """Runs the code of registration `reg`: what a user's plugin raises (or a sys.exit in it)
+    becomes one PluginError naming its file and `what` it was doing (e.g. "the forward of
+    layer 'prob' (Softmax)"); npuopt's own errors and built-in code pass unchanged."""
+    try:
+        yield
+    except NpuoptError:
+        raise
+    except (Exception, SystemExit) as e:
+        if reg.builtin:
+            raise
+        raise PluginError(f"plugin '{reg.source}': {what} failed: {type(e).__name__}: {one_line(e)}") from e
+
+
+def failed_imports() -> str:
+    """'; plugin file(s) that failed to import: ...' when some did, for the error saying that
+    a dataset, metric or layer type was not found (it may be in one of them), else ''."""
+    if not failures:
+        return ""
+    return "; plugin file(s) that failed to import: " + ", ".join(f"'{f.path}' ({f.error})" for f in failures)
+
+
 def _load_file(path: str) -> None:
     if path in _loaded:
         return
     _loaded.append(path)
     try:
         _import_file(path)
-    except Exception as e:  # a broken plugin must not stop the others
+    except (Exception, SystemExit) as e:  # a broken plugin must not stop the others, nor end npuopt
         last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
         where = f" (line {last.lineno})" if last and last.filename == path else ""
         msg = f"{type(e).__name__}: {e}{where}"
