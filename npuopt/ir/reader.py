@@ -5,6 +5,7 @@ from collections import OrderedDict
 from typing import List, Optional, Tuple
 
 import numpy as np
+import torch
 
 from ..dtype import Dtype, bytes_to_tensor
 from ..errors import GraphError, IRError
@@ -17,6 +18,8 @@ from .values import ValueSyntaxError, parse_name_list, parse_value
 HEADER_KEYS = ("model_name", "layer_number", "input_tensors", "output_tensors")
 TOP_QUANT_KEYS = ("layer_top_scale", "layer_top_zp", "layer_top_range")
 CONSTANT_SUFFIXES = ("_type", "_offset", "_size", "_shape")
+MAX_ELEMENTS_LOG2 = 31  # per tensor: 8 GiB of float32; an IR asking for more is broken, not just big
+CHECKED_CONSTANTS = ("weights", "biases")  # no NaN/Inf in these (a Constant layer's values may hold Inf)
 STRUCTURE_KEYS = ("layer_id", "layer_name", "layer_type", "layer_bottom", "layer_top",
                   "layer_bottom_shape", "layer_bottom_type", "layer_top_shape", "layer_top_type")
 
@@ -106,7 +109,8 @@ def _parse(raw: str, path: str, line: int):
     try:
         return parse_value(raw)
     except ValueSyntaxError as e:
-        raise IRError(f"{path}:{line}: cannot parse value '{raw}': {e}") from None
+        shown = raw if len(raw) <= 80 else raw[:60] + f"... ({len(raw)} characters)"
+        raise IRError(f"{path}:{line}: cannot parse value '{shown}': {e}") from None
 
 
 def _value(block, key: str, path: str):
@@ -165,7 +169,7 @@ def _build_node(block, weights: "_Weights", path: str) -> PyNode:
     node.inputs = [PyTensor(b) for b in bottoms]
     for tname, shape, tname_type in zip(tops, top_shapes, top_types):
         dtype = _dtype(tname_type, _at(block, "layer_top_type", path, name), "layer_top_type")
-        ir_shape = _shape(shape, _at(block, "layer_top_shape", path, name), "layer_top_shape")
+        ir_shape = _tensor_shape(shape, _at(block, "layer_top_shape", path, name))
         node.outputs.append(PyTensor(tname, dtype=dtype, ir_shape=ir_shape))
     _read_top_quantization(node, block, len(tops), path)
 
@@ -177,6 +181,8 @@ def _build_node(block, weights: "_Weights", path: str) -> PyNode:
         if cname is not None:
             if cname not in node.constants:
                 node.constants[cname] = weights.read(cname, block, path, name)
+                if cname in CHECKED_CONSTANTS and node.type != "Constant":
+                    weights.check_finite(node.constants[cname], name)
             continue
         node.params[key] = _parse(raw, path, line)
     return node
@@ -211,6 +217,17 @@ def _shape(value, where, key) -> Tuple[int, ...]:
     if not isinstance(value, list) or not all(_is_int(d) and d >= 0 for d in value):
         raise IRError(f"{where}: {key}: '{value}' is not a shape (a list of non-negative ints)")
     return tuple(value)
+
+
+def _tensor_shape(value, where) -> Tuple[int, ...]:
+    """A layer_top_shape: a shape holding at least one and at most 2^MAX_ELEMENTS_LOG2 elements."""
+    shape = _shape(value, where, "layer_top_shape")
+    count = math.prod(shape)
+    if not 0 < count <= 1 << MAX_ELEMENTS_LOG2:
+        size = "no element (an axis of size 0)" if count == 0 else \
+            f"{count} elements, more than 2^{MAX_ELEMENTS_LOG2}"
+        raise IRError(f"{where}: layer_top_shape {list(shape)} holds {size}")
+    return shape
 
 
 def _is_int(value) -> bool:
@@ -326,6 +343,17 @@ class _Weights:
                           f"passes the end of '{self.path}' ({self.size} bytes)")
         raw = self._map[offset: offset + size] if size else np.zeros(0, np.uint8)
         return PyTensor(cname, bytes_to_tensor(raw, dtype, shape), dtype, shape)
+
+    def check_finite(self, c: PyTensor, layer: str) -> None:
+        """No NaN or Inf in a float constant: one line naming the .bin, the layer, the constant."""
+        if not c.dtype.is_float:
+            return
+        bad = ~torch.isfinite(c.betensor.reshape(-1))
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise IRError(f"weights file '{self.path}': layer '{layer}': constant '{c.name}' holds "
+                          f"{float(c.betensor.reshape(-1)[i])} at element {i} (NaN/Inf: {int(bad.sum())} of "
+                          f"{bad.numel()} values)")
 
     def close(self):
         self._map = None

@@ -7,6 +7,7 @@ import math
 import re
 
 _INT = re.compile(r"[+-]?\d+\Z")
+MAX_DEPTH = 32  # lists nest a few levels in any IR; far deeper is a broken file, not a recursion error
 
 
 class ValueSyntaxError(ValueError):
@@ -52,8 +53,10 @@ def _parse_scalar(tok: str):
     return tok
 
 
-def _parse_list(text: str, pos: int):
+def _parse_list(text: str, pos: int, depth: int = 1):
     assert text[pos] == "["
+    if depth > MAX_DEPTH:
+        raise ValueSyntaxError(f"lists nested deeper than {MAX_DEPTH} levels")
     pos += 1
     items = []
     token = ""
@@ -63,7 +66,7 @@ def _parse_list(text: str, pos: int):
         if c == "[":
             if token.strip():
                 raise ValueSyntaxError(f"unexpected '[' after '{token.strip()}'")
-            item, pos = _parse_list(text, pos)
+            item, pos = _parse_list(text, pos, depth + 1)
             items.append(item)
             expect_item = False
             continue

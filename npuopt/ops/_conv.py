@@ -68,9 +68,14 @@ def window(node, dims: int, transposed: bool = False) -> Window:
 
 def geometry(node, x: torch.Tensor, weights: torch.Tensor, dims: int, transposed: bool = False,
              biases: torch.Tensor = None) -> Window:
-    """Window params checked against each other, the input, the weights and the biases."""
+    """Window params checked against each other, the input, the weights and the biases;
+    a float layer's input and output must be float tensors."""
     w = window(node, dims, transposed)
     where = f"layer '{node.name}' ({node.type})"
+    for key, t in (("layer_bottom_type", node.inputs[0]), ("layer_top_type", node.outputs[0])):
+        if not node.quantized and not t.dtype.is_float:
+            raise IRError(f"{where}: {key} of tensor '{t.name}' is {t.dtype.value}; a float convolution takes and "
+                          f"gives float tensors")
     if x.dim() != dims + 2:
         raise IRError(f"{where}: input has {x.dim()} axes, expected {dims + 2} (channels last)")
     cin, g = x.shape[-1], w.group

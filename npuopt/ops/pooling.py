@@ -29,6 +29,7 @@ from ..quant import tensors as QT
 from ..quant.fields import Rescale
 from ..registry import OpType, op_register, quant_register
 from ._layout import nchw_to_nhwc, nhwc_to_nchw, pad_nchw, param_choice, pooled_size, window_params
+from ._movement import bool_param
 from .reduce import SUM_LIMIT, quantize_l2_lut, wide_rescale
 
 METHODS = ["MAX", "AVG", "L1", "L2"]
@@ -55,7 +56,7 @@ def geometry(node, height: int, width: int):
     """(window params, all pads (top, bottom, left, right) with the ceil-mode overhang,
     output height and width)."""
     w = checked_window(node)
-    ceil_mode = bool(node.get_param("ceil_mode", False))
+    ceil_mode = bool_param(node, "ceil_mode", False)
     top, bottom, left, right = w["pads"]
     (kh, kw), (sh, sw), (dh, dw) = w["kernel"], w["stride"], w["dilation"]
     out_h = pooled_size(height, kh, sh, dh, top, bottom, ceil_mode)
@@ -85,7 +86,7 @@ def window_max(x: torch.Tensor, w, pads, fill: float, out_h: int, out_w: int) ->
 def avg_divisors(node, height: int, width: int, w, pads, out_h: int, out_w: int) -> torch.Tensor:
     """[OH, OW] n of the AVG description (float64)."""
     kh, kw = w["kernel"]
-    if node.get_param("count_include_pad", True):
+    if bool_param(node, "count_include_pad", True):
         return torch.full((out_h, out_w), float(kh * kw), dtype=torch.float64)
     inside = torch.ones((1, 1, height, width), dtype=torch.float64)
     return window_sums(inside, w, pads, out_h, out_w)[0, 0]

@@ -30,6 +30,7 @@ from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._conv import channels_first, channels_last, window
 from ._layout import param_choice, pooled_size
+from ._movement import bool_param
 
 METHODS = ["MAX", "AVG"]
 SUM_BOUND = 1 << 31            # AVG sums are clamped to [-2^31, 2^31]
@@ -43,7 +44,7 @@ def geometry(node, x: torch.Tensor):
     if x.dim() != 5:
         raise IRError(f"{where}: takes an NDHWC input, got {x.dim()}-D")
     w = window(node, 3)
-    ceil_mode = bool(node.get_param("ceil_mode", False))
+    ceil_mode = bool_param(node, "ceil_mode", False)
     pads, out = [], []
     for axis, size, k, s, d, (begin, end) in zip("zyx", x.shape[1:4], w.kernel, w.stride, w.dilation, w.pads):
         o = pooled_size(size, k, s, d, begin, end, ceil_mode)
@@ -77,7 +78,7 @@ def pooling3d_float(node, x: torch.Tensor, method: str) -> torch.Tensor:
     if method == "MAX":
         return channels_last(windows(xc, w, pads, out, float("-inf")).amax(-1))
     sums = windows(xc.to(torch.float64), w, pads, out, 0.0).sum(-1)
-    if node.get_param("count_include_pad", True):
+    if bool_param(node, "count_include_pad", True):
         n = float(math.prod(w.kernel))
     else:
         n = inside_counts(x, w, pads, out).clamp(min=1.0)
@@ -91,7 +92,7 @@ def stage_f32(v: torch.Tensor, area: int) -> torch.Tensor:
 
 
 def avg_quantized(node, x_t, out_t, w, pads, out) -> torch.Tensor:
-    include_pad = bool(node.get_param("count_include_pad", True))
+    include_pad = bool_param(node, "count_include_pad", True)
     a = QT.shifted(x_t) if include_pad else x_t.betensor.to(torch.float64)
     zp = out_t.zerop if include_pad else 0
     sums = windows(channels_first(a), w, pads, out, 0.0).sum(-1)

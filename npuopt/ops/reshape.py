@@ -60,10 +60,21 @@ def batched_shape(node, out_shape: Sequence[int]) -> List[int]:
     return out_shape
 
 
+def target_shape(node) -> List[int]:
+    """The top shape; a `shape` param, where given, must describe it (each axis its size,
+    or one -1 for the inferred axis)."""
+    top = [int(d) for d in node.outputs[0].ir_shape]
+    shape = node.get_param("shape", top)
+    fits = isinstance(shape, list) and len(shape) == len(top) and sum(d == -1 for d in shape) <= 1 and \
+        all(d == t or d == -1 for d, t in zip(shape, top))
+    if top and not fits:
+        raise IRError(f"layer '{node.name}' (Reshape): shape {shape} does not describe its layer_top_shape {top}")
+    return top or shape
+
+
 @op_register(OpType.Reshape, "1.0")
 def reshape_forward(self, *args):
-    top = self.outputs[0].ir_shape
-    shape = list(top) if top else self.get_param("shape")
+    shape = target_shape(self)
     out = self.inputs[0].betensor.reshape(batched_shape(self, shape))
     self.outputs[0].betensor = out
     return out
