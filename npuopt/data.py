@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from .dtype import Dtype
 from .errors import DatasetError, PluginError, one_line
+from .plugins import failed_imports, plugin_code
 from .registry import PLUGINS, PluginType
 from .tensor import PyTensor
 
@@ -27,7 +28,7 @@ def make_dataset(name: str, data_file: str, label_file: str = None):
     cls = PLUGINS[PluginType.Dataset].get(name)
     if cls is None:
         known = ", ".join(PLUGINS[PluginType.Dataset].keys()) or "none"
-        raise PluginError(f"dataset plugin '{name}' not found (known: {known})")
+        raise PluginError(f"dataset plugin '{name}' not found (known: {known}){failed_imports()}")
     try:
         dataset = cls(data_file, label_file) if label_file else cls(data_file)
     except (DatasetError, PluginError):
@@ -53,12 +54,57 @@ def make_metrics(specs: Sequence[str]):
         cls = PLUGINS[PluginType.Metric].get(name)
         if cls is None:
             known = ", ".join(PLUGINS[PluginType.Metric].keys()) or "none"
-            raise PluginError(f"metric plugin '{name}' not found (known: {known})")
+            raise PluginError(f"metric plugin '{name}' not found (known: {known}){failed_imports()}")
         try:
             metrics.append((spec, cls(*args)))
         except Exception as e:
             raise PluginError(f"metric '{spec}' rejected its arguments {args}: {e}") from None
     return metrics
+
+
+def call_metric(spec: str, metric, pred, target, labels_from: str) -> None:
+    """metric(pred, target). Its DatasetError (labels that do not fit) names where the labels
+    come from (`labels_from`); any other failure of a user's metric names its plugin file."""
+    try:
+        with plugin_code(_registration(spec), f"metric '{spec}' on {labels_from}"):
+            metric(pred, target)
+    except DatasetError as e:
+        raise DatasetError(f"{labels_from}: {e}") from None
+
+
+def metric_value(spec: str, metric) -> float:
+    """metric.compute(); a user's metric failing there names its plugin file."""
+    with plugin_code(_registration(spec), f"metric '{spec}'.compute()"):
+        return float(metric.compute())
+
+
+def _registration(spec: str):
+    return PLUGINS[PluginType.Metric].best(parse_metric_spec(spec)[0])
+
+
+def label_batches(dataset, name: str, size: int) -> Iterator[Tuple[int, torch.Tensor]]:
+    """(first sample, labels) for every `size` samples of a built-in dataset, from its label
+    array (`labels`, one per sample) without reading the data: checked up front. Nothing for
+    a user's dataset, whose labels are checked as they come."""
+    reg = PLUGINS[PluginType.Dataset].best(name)
+    labels = getattr(dataset, "labels", None)
+    if reg is None or not reg.builtin or not isinstance(labels, np.ndarray) or len(labels) != len(dataset):
+        return
+    for start in range(0, len(labels), size):
+        yield start, torch.as_tensor(native(np.array(labels[start:start + size])))
+
+
+def native(value):
+    """Arrays in the machine's byte order, within tuples, lists and dicts too (torch reads
+    no other): a big-endian .npy is data like any other."""
+    if isinstance(value, np.ndarray) and not value.dtype.isnative:
+        return value.astype(value.dtype.newbyteorder("="))
+    if isinstance(value, (tuple, list)):
+        items = [native(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a namedtuple
+    if isinstance(value, dict):
+        return {k: native(v) for k, v in value.items()}
+    return value
 
 
 def _to_tensor(value) -> torch.Tensor:
@@ -76,7 +122,7 @@ class _Collate:
 
     def __call__(self, samples):
         try:
-            return default_collate(samples)
+            return default_collate(native(samples))
         except TypeError as e:
             found = re.search(r"found (\S+)$", str(e))
             what = f"values of type {found.group(1)}" if found else f"values that cannot be batched ({one_line(e)})"
@@ -158,11 +204,18 @@ def batches(dataset, name: str, batch_size: int, workers: int, shuffle: bool = F
             worker, kind, text = from_worker
             if isinstance(e, (DatasetError, PluginError)):
                 raise type(e)(text) from None
-            raise DatasetError(f"dataset '{name}' failed while loading a batch ({worker}): {kind}: {text}") from None
+            raise DatasetError(f"{_plugin_of(name)}dataset '{name}' failed while loading a batch ({worker}): "
+                               f"{kind}: {text}") from None
         if isinstance(e, (DatasetError, PluginError)):
             raise
-        raise DatasetError(f"dataset '{name}' failed while loading a batch: {type(e).__name__}: "
+        raise DatasetError(f"{_plugin_of(name)}dataset '{name}' failed while loading a batch: {type(e).__name__}: "
                            f"{one_line(text)}") from None
+
+
+def _plugin_of(name: str) -> str:
+    """"plugin 'FILE': " for a user's dataset `name`, to start a message with (as plugin_code's)."""
+    reg = PLUGINS[PluginType.Dataset].best(name)
+    return f"plugin '{reg.source}': " if reg is not None and not reg.builtin else ""
 
 
 def split_batch(batch, inputs: Sequence[PyTensor], name: str, device, batch_dim: int = 0,

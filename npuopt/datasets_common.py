@@ -85,6 +85,9 @@ def load_label_array(label_file, count: int, who: str) -> np.ndarray:
     if labels.ndim < 1:
         raise DatasetError(f"{who}: label file '{label_file}' holds a scalar; expected one label per sample "
                            f"along the first axis")
+    if labels.dtype.kind not in "biuf":
+        raise DatasetError(f"{who}: label file '{label_file}' holds {labels.dtype} values; expected numbers "
+                           f"(class indices or reference outputs)")
     if len(labels) != count:
         raise DatasetError(f"{who}: label file '{label_file}' has {len(labels)} labels for {count} samples")
     return labels

@@ -59,7 +59,7 @@ def _read_opt_config(path: str, graph) -> Dict[str, dict]:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
         raise ConfigError(f"opt_config '{path}' is not valid JSON: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"opt_config '{path}': expected an object of layer names")
