@@ -1,6 +1,8 @@
 """The `npuopt` command. Errors are caught here, once, and printed as one line."""
 import os
+import signal
 import sys
+import threading
 import traceback
 
 import click
@@ -52,8 +54,8 @@ def main(cfg_path, overrides, show_fields, show_plugins, verbose):
             click.echo(click.get_current_context().get_help())
     except NpuoptError as e:
         _fail(str(e), verbose)
-    except KeyboardInterrupt:
-        _fail("interrupted", verbose)
+    except KeyboardInterrupt as e:
+        _fail(f"interrupted{f' by {e}' if str(e) else ''}", verbose)
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
     except Exception as e:  # a bug of ours: still one line, with a pointer to --verbose
@@ -93,8 +95,30 @@ def _run(cfg_path, overrides) -> None:
             raise ConfigError(f"--set '{item}': expected FIELD=VALUE")
         pairs[key.strip()] = value
     cfg = load_config(cfg_path, pairs)
-    report = OptMaster(cfg).run()
+    with _signals_interrupt():
+        report = OptMaster(cfg).run()
     click.echo(f"npuopt: done in {report['seconds']} s; report: {report['report_file']}")
+
+
+class _signals_interrupt:
+    """SIGINT and SIGTERM raise KeyboardInterrupt naming the signal, so that a run stopped
+    either way removes its temporary files (npuopt/outputs.py); the former handlers come
+    back after."""
+
+    def __enter__(self):
+        self.former = {}
+        if threading.current_thread() is threading.main_thread():  # handlers live in the main thread
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.former[sig] = signal.signal(sig, _raise_interrupt)
+
+    def __exit__(self, *_exc):
+        for sig, handler in self.former.items():
+            signal.signal(sig, handler)
+        return False
+
+
+def _raise_interrupt(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _print_fields() -> None:

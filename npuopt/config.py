@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import ConfigError
+from .outputs import safe_name
 from .quant.strategies import KNOWN as IMPLEMENTED_STRATEGIES, check_strategy
 
 
@@ -193,10 +194,14 @@ def _pattern(regex):
 
 
 def _name_list(s):
-    """Comma-separated names, each optionally with arguments: `TopKMetric,TopKMetric(5)`."""
-    items = [m.strip() for m in re.findall(r"[^,(]+(?:\([^)]*\))?", s) if m.strip()]
-    for item in items:
-        if not re.fullmatch(r"[A-Za-z_][\w.]*(\([^()]*\))?", item):
+    """Comma-separated names, each optionally with arguments: `TopKMetric,TopKMetric(5)`;
+    text outside them (an unclosed parenthesis, say) is not accepted."""
+    item = r"[^,(]+(?:\([^)]*\))?"
+    items = [m.strip() for m in re.findall(item, s) if m.strip()]
+    if not re.fullmatch(r"[\s,]*", re.sub(item, "", s)):
+        raise ValueError
+    for name in items:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*(\([^()]*\))?", name):
             raise ValueError
     return items
 
@@ -379,14 +384,18 @@ def _not_default(what):
 
 
 _B = "true or false"
+_FILE_NAME = "a name without '/', '\\' or '..' (outputs stay in output_dir)"
 
 # ---- npuopt's fields (OPT's too, with its syntax) ------------------------------------------
 register_field("graph", "", _text, "the float IR graph file (.txt)", "a file path", is_path=True)
 register_field("bin", "", _text, "the IR weights file; default: the graph's name with .bin", "a file path", is_path=True)
-register_field("model_name", "", _text, "name of the model in outputs; default: the IR's model_name", "a name")
+register_field("model_name", "", safe_name, "name of the model in outputs; default: the IR's model_name",
+               _FILE_NAME)
 register_field("output_dir", "./npuopt_output", _text, "folder for the quantized IR, reports and dumps", "a folder path", is_path=True)
-register_field("out_ir_name", "", _text, "base name of the written IR (<out_ir_name>_o.txt); default: model_name", "a name")
-register_field("quant_ir_name", "", _text, "OPT's older name of out_ir_name; when set, it wins over out_ir_name", "a name")
+register_field("out_ir_name", "", safe_name, "base name of the written IR (<out_ir_name>_o.txt); default: model_name",
+               _FILE_NAME)
+register_field("quant_ir_name", "", safe_name, "OPT's older name of out_ir_name; when set, it wins over out_ir_name",
+               _FILE_NAME)
 register_field("dataset", "", _text, "dataset plugin class that reads calibration_data and data (see npuopt --plugin)", "a dataset plugin name")
 register_field("calibration_data", "", _text, "input data file for calibration, read by the dataset plugin", "a file path", is_path=True)
 register_field("calibration_batch_size", "16", _int_in(1, 1 << 16), "batch size of calibration forwards", "an integer >= 1")
@@ -663,6 +672,9 @@ def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
         given.append(name)
     if not values["graph"]:
         raise ConfigError(f"{path}: field 'graph' is required (the float IR's .txt)")
+    if not values["output_dir"]:
+        raise ConfigError(f"{path}: field 'output_dir' is empty; give the folder for the outputs (default "
+                          f"{FIELDS['output_dir'].default})")
     if values.get("quant_ir_name"):
         values["out_ir_name"] = values["quant_ir_name"]
     for name in dict.fromkeys(given):

@@ -19,10 +19,12 @@ import torch
 from tqdm import tqdm
 
 from .config import Config
-from .data import batches, collate_of, make_dataset, make_metrics, metric_report, set_batch_dims, split_batch
-from .errors import ConfigError
+from .data import (batches, call_metric, collate_of, label_batches, make_dataset, make_metrics, metric_report,
+                   metric_value, set_batch_dims, split_batch)
+from .errors import ConfigError, IRError
 from .ir import read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
+from .outputs import RunOutputs, safe_name
 from .passes import run_stage1
 from .plugins import load_plugins
 from .quant.quantizer import Calibrator
@@ -40,6 +42,18 @@ def select_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def run_inputs(cfg: Config) -> dict:
+    """The files a run reads (a dataset file without its ':split' selector), which it never overwrites."""
+    files = {f"field '{name}'": getattr(cfg, name) for name in ("graph", "calibration_data", "data", "label",
+                                                                 "opt_config")}
+    files = {what: p if os.path.exists(p) else p.split(":")[0] for what, p in files.items() if p}
+    files["field 'bin'"] = cfg.bin or os.path.splitext(cfg.graph)[0] + ".bin"
+    if os.path.isfile(cfg.statistic_file):  # else it is an output
+        files["field 'statistic_file'"] = cfg.statistic_file
+    files["the cfg file"] = cfg.source
+    return files
+
+
 def run_stage1_passes(graph) -> None:
     before = len(graph.nodes)
     run_stage1(graph)
@@ -54,6 +68,7 @@ class OptMaster:
         self.qgraph = None
         self.settings = None
         self.metric_dataset = None  # opened by check_metric_data, reused by evaluate
+        self.outputs = RunOutputs(run_inputs(cfg))
         self.report = {"model": None, "device": str(self.device), "metrics": {"float": {}}, "outputs": {}}
 
     @property
@@ -64,11 +79,31 @@ class OptMaster:
     def out_ir_name(self) -> str:
         return self.cfg.out_ir_name or self.model_name
 
+    @property
+    def output_files(self) -> dict:
+        """What the run may write into output_dir, by what it is."""
+        out, ir, model = self.cfg.output_dir, self.out_ir_name, self.model_name
+        return {"quantized IR": os.path.join(out, f"{ir}_o.txt"),
+                "quantized IR weights": os.path.join(out, f"{ir}_o.bin"),
+                "opt_config template": os.path.join(out, f"{ir}_opt_template.json"),
+                "report": os.path.join(out, f"{model}_report.json"),
+                "statistic info": os.path.join(out, f"{model}_statistic_info.npy")}
+
+    @property
+    def dump_folder(self) -> str:
+        return self.cfg.dump_dir or os.path.join(self.cfg.output_dir, "dump")
+
     def run(self) -> dict:
+        """The pipeline; its files appear only once all of it succeeded (npuopt/outputs.py)."""
+        with self.outputs:
+            return self.pipeline()
+
+    def pipeline(self) -> dict:
         import npuopt.ops  # noqa: F401  (forwards and quantize functions)
         load_plugins()
         started = time.perf_counter()
         self.graph = read_graph(self.cfg.graph, self.cfg.bin or None)
+        self.check_outputs()
         self.report["model"] = self.model_name
         OPT_INFO(f"loaded '{self.cfg.graph}': {len(self.graph.nodes)} layers, "
                  f"inputs {[t.name for t in self.graph.input_tensors]}, "
@@ -79,6 +114,7 @@ class OptMaster:
         OPT_INFO("zero-input forward: every layer ran and every shape matches the IR")
         if self.cfg.dataset:
             set_batch_dims(self.cfg)
+        self.check_calibration_data()
         if self.cfg.dataset and self.cfg.data:
             self.check_metric_data()
         stats_file = self.cfg.statistic_file
@@ -100,21 +136,70 @@ class OptMaster:
         self.write_report()
         return self.report
 
+    # ---- checks before any work ---------------------------------------------
+    def check_outputs(self) -> None:
+        """Every file the run may write, by name and place (npuopt/outputs.py)."""
+        cfg = self.cfg
+        if not cfg.model_name:
+            try:
+                safe_name(self.graph.name)
+            except ValueError:
+                raise ConfigError(f"the IR's model_name '{self.graph.name}' cannot name output files (it has a "
+                                  f"'/' or '..'); set the cfg field 'model_name'") from None
+        self.outputs.check("field 'output_dir'", cfg.output_dir, folder=True)
+        for what, path in self.output_files.items():
+            self.outputs.check(what, path)
+        if cfg.statistic_file and not os.path.isfile(cfg.statistic_file):
+            self.outputs.check("field 'statistic_file'", cfg.statistic_file)
+        if cfg.dump:
+            self.outputs.check("field 'dump_dir'", self.dump_folder, folder=True)
+
+    def probe(self, dataset, size: int):
+        """The float graph's outputs on the dataset's first samples, and their labels: data
+        that does not fit the model, or constants that overflow float32 on it, stop the
+        run here, before any time is spent."""
+        n = min(len(dataset), size, 2)
+        subset = torch.utils.data.Subset(dataset, range(n))
+        batch = next(batches(subset, self.cfg.dataset, n, 0, collate_fn=collate_of(dataset)))
+        inputs, labels = self.split(batch)
+        return self.forward(self.graph, inputs, after_node=check_overflow), labels
+
+    def check_calibration_data(self) -> None:
+        """The calibration set's first samples through the float graph, when calibration
+        will read it (not a statistic_file)."""
+        cfg = self.cfg
+        if cfg.skip_optimization or not cfg.calibration_data or os.path.isfile(cfg.statistic_file):
+            return
+        if not cfg.dataset:
+            raise ConfigError("field 'dataset' is required to read calibration_data")
+        self.probe(make_dataset(cfg.dataset, cfg.calibration_data), cfg.calibration_batch_size)
+
     def check_metric_data(self) -> None:
         """Open `data` (with `label`) and the metrics, and put the first samples through the
-        float graph and every metric: data or labels that do not fit the model or the
-        metrics stop the run here, before calibration and before anything is written."""
+        float graph and every metric, then every label of the file through every metric:
+        data or labels that do not fit the model or the metrics stop the run here."""
         cfg = self.cfg
         self.metric_dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
         metrics = make_metrics(cfg.metric)  # unknown metrics and bad arguments, before any forward
-        n = min(len(self.metric_dataset), cfg.metric_batch_size, 2)
-        probe = torch.utils.data.Subset(self.metric_dataset, range(n))
-        batch = next(batches(probe, cfg.dataset, n, 0, collate_fn=collate_of(self.metric_dataset)))
-        inputs, labels = self.split(batch)
-        outputs = self.forward(self.graph, inputs)
-        for _, metric in metrics:
+        outputs, labels = self.probe(self.metric_dataset, cfg.metric_batch_size)
+        for spec, metric in metrics:
             metric.reset()
-            metric(outputs, labels)
+            call_metric(spec, metric, outputs, labels, self.labels_of(0, outputs[0].shape[0]))
+        self.check_labels(metrics, outputs)
+
+    def labels_of(self, start: int, stop: int) -> str:
+        """Where samples start..stop-1 of the metric data take their labels from, for messages."""
+        source = f"label file '{self.cfg.label}'" if self.cfg.label else f"dataset '{self.cfg.dataset}'"
+        return f"{source} (samples {start}-{stop - 1})"
+
+    def check_labels(self, metrics, outputs) -> None:
+        """Every label of a built-in dataset through every metric, beside all-zero outputs of
+        the model's shapes, batch by batch: a bad label anywhere in the file stops the run
+        now, not after calibration."""
+        for start, batch in label_batches(self.metric_dataset, self.cfg.dataset, self.cfg.metric_batch_size):
+            zeros = [torch.zeros((len(batch),) + tuple(o.shape[1:]), dtype=o.dtype, device=o.device) for o in outputs]
+            for spec, metric in metrics:
+                call_metric(spec, metric, zeros, batch, self.labels_of(start, start + len(batch)))
 
     # ---- steps 4-5 ---------------------------------------------------------
     def calibrate(self) -> None:
@@ -126,8 +211,6 @@ class OptMaster:
             OPT_INFO(f"statistic_file '{path}' exists: calibration skipped, statistics loaded from it")
             stats = load_statistics(path)
         else:
-            if not cfg.dataset:
-                raise ConfigError("field 'dataset' is required to read calibration_data")
             dataset = make_dataset(cfg.dataset, cfg.calibration_data)
             size = self.batch_size(cfg.calibration_batch_size)
             total = -(-len(dataset) // size)
@@ -139,12 +222,13 @@ class OptMaster:
             stats = calibrator.run(feed)
             OPT_INFO(f"calibration: {len(dataset)} samples, statistics of {len(stats)} tensors")
             if path:
-                save_statistics(path, stats, {"model": self.model_name, "samples": len(dataset)})
+                save_statistics(self.outputs.stage("field 'statistic_file'", path), stats,
+                                {"model": self.model_name, "samples": len(dataset)})
                 OPT_INFO(f"statistics saved to '{path}'")
             if cfg.save_statistic_info:
-                os.makedirs(cfg.output_dir, exist_ok=True)
-                info = os.path.join(cfg.output_dir, f"{self.model_name}_statistic_info.npy")
-                save_statistics(info, stats, {"model": self.model_name, "samples": len(dataset)})
+                info = self.output_files["statistic info"]
+                save_statistics(self.outputs.stage("statistic info", info), stats,
+                                {"model": self.model_name, "samples": len(dataset)})
                 OPT_INFO(f"save_statistic_info: statistics saved to '{info}'")
         attach_statistics(self.graph, stats)
         self.report["calibration"] = {"statistic_file": path or None}
@@ -196,12 +280,13 @@ class OptMaster:
         self.qgraph.zero_forward(device=self.device)
         OPT_INFO(f"quantized {sum(n.quantized for n in self.qgraph.nodes)} layers; kept in float: "
                  f"{sorted(keep) or 'none'}; zero-input forward of the quantized graph passed")
-        os.makedirs(cfg.output_dir, exist_ok=True)
-        txt = os.path.join(cfg.output_dir, f"{self.out_ir_name}_o.txt")
-        write_graph(self.qgraph, txt)
-        template = os.path.join(cfg.output_dir, f"{self.out_ir_name}_opt_template.json")
-        write_template(template, self.qgraph, self.settings)
-        OPT_INFO(f"quantized IR written to '{txt}'; per-layer settings template '{template}'")
+        files, stage = self.output_files, self.outputs.stage
+        txt, template = files["quantized IR"], files["opt_config template"]
+        write_graph(self.qgraph, stage("quantized IR", txt),
+                    stage("quantized IR weights", files["quantized IR weights"]))
+        write_template(stage("opt_config template", template), self.qgraph, self.settings)
+        OPT_INFO(f"quantized IR '{txt}' and per-layer settings template '{template}' written (in place once "
+                 f"the whole run succeeded)")
         self.report["quantized_ir"] = txt
         self.report["opt_template"] = template
         self.report["float_layers"] = sorted(keep)
@@ -251,12 +336,12 @@ class OptMaster:
                         for a, f, q in zip(agreement, float_outputs, outputs):
                             a.add(f, q)
                 for spec, m in metrics[kind]:
-                    m(outputs, labels)
+                    call_metric(spec, m, outputs, labels, self.labels_of(samples, samples + inputs[0].shape[0]))
             samples += inputs[0].shape[0]
         for kind, _ in graphs:
             self.report["metrics"].setdefault(kind, {})
             for spec, m in metrics[kind]:
-                value = float(m.compute())
+                value = metric_value(spec, m)
                 self.report["metrics"][kind][spec] = value
                 OPT_INFO(f"{kind} {spec}: {value:.6f}")
                 shown = metric_report(m)
@@ -308,21 +393,18 @@ class OptMaster:
         return [o.unsqueeze(0) for o in outputs] if self.cfg.without_batch_dim else outputs
 
     def dump_tensors(self) -> None:
-        folder = self.cfg.dump_dir or os.path.join(self.cfg.output_dir, "dump")
-        os.makedirs(folder, exist_ok=True)
+        folder = self.dump_folder
         for node in self.graph.nodes:
             for t in node.outputs:
                 safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in t.name)
-                np.save(os.path.join(folder, f"{safe}.npy"), t.betensor.detach().cpu().numpy())
+                path = self.outputs.stage("dump", os.path.join(folder, f"{safe}.npy"))
+                np.save(path, t.betensor.detach().cpu().numpy())
         OPT_INFO(f"dumped every tensor of the first batch into '{folder}'")
 
     def write_report(self) -> None:
-        os.makedirs(self.cfg.output_dir, exist_ok=True)
-        path = os.path.join(self.cfg.output_dir, f"{self.model_name}_report.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        path = self.output_files["report"]
+        with open(self.outputs.stage("report", path), "w", encoding="utf-8") as f:
             json.dump(self.report, f, indent=2)
-        os.replace(tmp, path)
         self.report["report_file"] = path
         OPT_INFO(f"report written to '{path}'")
 
@@ -396,6 +478,21 @@ class LayerCalibrator(Calibrator):
         finally:
             for t, v in zip(node.outputs, kept):
                 t.betensor = v
+
+
+def check_overflow(node) -> None:
+    """A float layer with constants whose output holds Inf or NaN from finite inputs: its
+    constants overflow float32 (weights near 3e38, say); one line naming the layer."""
+    if node.quantized or not node.constants or _finite(node.outputs) or not _finite(node.inputs):
+        return
+    sizes = ", ".join(f"{k} up to {float(c.betensor.abs().max()):.3g}" for k, c in node.constants.items()
+                      if c.betensor.is_floating_point() and c.betensor.numel())
+    raise IRError(f"layer '{node.name}' ({node.type}): its float32 output overflows to Inf/NaN from finite inputs "
+                  f"on the first samples; check its constants ({sizes})")
+
+
+def _finite(tensors) -> bool:
+    return all(bool(torch.isfinite(t.betensor).all()) for t in tensors if t.betensor.is_floating_point())
 
 
 def trimmed(x: torch.Tensor, mode: str, lo: float, hi: float) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Write a PyGraph as a graph file (.txt) and a weights file (.bin).
 
-Both files are written under temporary names and renamed at the end, so a
-failure never leaves a half-written IR behind.
+Both files are written under temporary names unique to the call and renamed at
+the end, so a failure never leaves a half-written IR behind.
 """
 import os
 from typing import List
@@ -10,6 +10,7 @@ from ..dtype import tensor_to_bytes
 from ..errors import IRError
 from ..graph import PyGraph
 from ..node import PyNode
+from ..outputs import temp_path
 from ..quant import fields
 from ..tensor import PyTensor
 from .values import format_value
@@ -20,7 +21,7 @@ def write_graph(graph: PyGraph, txt_path: str, bin_path: str = None) -> None:
         bin_path = os.path.splitext(txt_path)[0] + ".bin"
     out_dir = os.path.dirname(os.path.abspath(txt_path))
     os.makedirs(out_dir, exist_ok=True)
-    tmp_txt, tmp_bin = txt_path + ".tmp", bin_path + ".tmp"
+    tmp_txt, tmp_bin = temp_path(txt_path), temp_path(bin_path)
     try:
         with open(tmp_bin, "wb") as fbin:
             blocks = [_header(graph)]

@@ -1,0 +1,117 @@
+"""The files a run writes: checked before any work, written under temporary names,
+put in place only when the whole run succeeded.
+
+An output that would overwrite one of the run's own inputs (graph, bin, data, labels,
+opt_config, the cfg ...), or a file where a folder is expected and the reverse, is a
+ConfigError before anything runs (`check`). While the run goes on, each file is written
+under a name unique to the run (pid + random) beside its final place (`stage`); at the
+very end `commit` renames them all into place, holding a lock on each folder so that
+concurrent runs into one folder never leave a mix of their files. When the run fails or
+is interrupted (SIGINT, SIGTERM), leaving the `with` block removes every temporary file
+and every folder created for them: outputs appear only when the whole run succeeded.
+"""
+import fcntl
+import os
+import secrets
+from typing import Dict, List
+
+from .errors import ConfigError
+from .logger import OPT_INFO
+
+
+def safe_name(text: str) -> str:
+    """A name output files start with (model_name, out_ir_name): no folder part and no
+    '..', so that outputs cannot leave output_dir. ValueError otherwise (a cfg parser)."""
+    if any(bad in text for bad in ("/", "\\", "..", "\0")):
+        raise ValueError(text)
+    return text
+
+
+def temp_path(path: str) -> str:
+    """A hidden name beside `path`, unique to this process and call, same extension
+    (np.save and the like append theirs otherwise)."""
+    folder, base = os.path.split(path)
+    stem, ext = os.path.splitext(base)
+    return os.path.join(folder, f".{stem}.npuopt-{os.getpid()}-{secrets.token_hex(4)}{ext}")
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+class RunOutputs:
+    """The outputs of one run; `inputs` maps a cfg field (or what it is) to a file the
+    run reads and must never overwrite."""
+
+    def __init__(self, inputs: Dict[str, str]):
+        self.inputs = {_real(path): what for what, path in inputs.items() if path}
+        self.staged: Dict[str, str] = {}   # final path -> temporary path
+        self.created: List[str] = []       # folders made for staged files, outermost first
+
+    def check(self, what: str, path: str, folder: bool = False) -> None:
+        """`path` (a file, or a folder with `folder`) may be written as `what`."""
+        if os.path.exists(path) and os.path.isdir(path) != folder:
+            raise ConfigError(f"{what} '{path}' is {'a file' if folder else 'a folder'}, not "
+                              f"{'a folder' if folder else 'a file'}")
+        owner = self.inputs.get(_real(path))
+        if owner is not None and not folder:
+            raise ConfigError(f"{what} '{path}' would overwrite an input of the run ({owner}); a run never "
+                              f"overwrites its inputs: choose another output_dir, out_ir_name or model_name")
+
+    def stage(self, what: str, path: str) -> str:
+        """The temporary name to write `path` under; it is put in place by commit()."""
+        self.check(what, path)
+        self._make_folder(os.path.dirname(os.path.abspath(path)))
+        self.staged[path] = temp_path(path)
+        return self.staged[path]
+
+    def _make_folder(self, folder: str) -> None:
+        missing = []
+        while not os.path.isdir(folder):
+            missing.append(folder)
+            folder = os.path.dirname(folder)
+        for path in reversed(missing):
+            os.makedirs(path, exist_ok=True)
+            self.created.append(path)
+
+    def commit(self) -> None:
+        """Every staged file into place, under an exclusive lock on each of their folders
+        (taken in one order, so concurrent runs wait for each other, never deadlock)."""
+        folders = sorted({os.path.dirname(os.path.abspath(p)) for p in self.staged})
+        locks = []
+        try:
+            for folder in folders:
+                fd = os.open(folder, os.O_RDONLY)
+                locks.append(fd)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            for final, temp in self.staged.items():
+                os.replace(temp, final)
+        finally:
+            for fd in locks:
+                os.close(fd)  # releases the lock
+        if self.staged:
+            OPT_INFO(f"outputs in place: {', '.join(self.staged)}")
+        self.staged, self.created = {}, []
+
+    def discard(self) -> None:
+        """Remove what a failed run staged, and the folders made for it when empty."""
+        for temp in self.staged.values():
+            if os.path.lexists(temp):
+                os.remove(temp)
+        for folder in reversed(self.created):
+            try:
+                os.rmdir(folder)
+            except OSError:  # not empty: another run's files, or the user's
+                pass
+        self.staged, self.created = {}, []
+
+    def __enter__(self) -> "RunOutputs":
+        return self
+
+    def __exit__(self, exc_type, *_):
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self.discard()
+        return False
