@@ -20,9 +20,9 @@ from npuopt.quant import qmath
 from npuopt.quant.settings import QuantSettings
 from npuopt.registry import Registry
 from npuopt.tensor import PyTensor
-from npuopt.utils import (QuantMode, bits2dtype, bits2range, dtype2bits, dtype2nptype, dtype2range,
-                          get_linear_quant_params_from_tensor, get_scale_approximation_params, is_signed,
-                          linear_dequantize, linear_quantize_clip, linear_requantize, lookup_lut_powerof2,
+from npuopt.utils import (QuantMode, align_shape_by_padding, bits2dtype, bits2range, dtype2bits, dtype2nptype,
+                          dtype2range, get_linear_quant_params_from_tensor, get_scale_approximation_params,
+                          is_signed, linear_dequantize, linear_quantize_clip, linear_requantize, lookup_lut_powerof2,
                           range2dtype)
 
 from conftest import REPO
@@ -209,6 +209,12 @@ def test_linear_quant_params_from_a_tensor():
     w.key_axis = 0
     scale, zp, *_ = get_linear_quant_params_from_tensor(w, "per_channel_symmetric_restricted_range", 8, True)
     assert torch.allclose(scale, torch.tensor([254 / 4.0, 254 / 1.0]))  # (qmax - qmin) / (2 max|w|) per row
+
+
+def test_align_shape_by_padding_pads_both_to_a_common_shape():
+    a, b = align_shape_by_padding(torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.ones(2, 3))
+    assert torch.equal(a, torch.ones(2, 4) * torch.tensor([1.0, 1.0, 1.0, 0.0]))  # the one of more axes first
+    assert torch.equal(b, torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0]]))
 
 
 def test_lookup_lut_powerof2_interpolates_with_floor():

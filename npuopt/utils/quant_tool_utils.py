@@ -17,7 +17,7 @@ __all__ = [
     "QuantMode", "QuantType", "SHIFT_DTYPE", "ABSORB_INPUT_SCALE_OP", "OP_ONLY_CHANGE_SHAPE",
     "get_linear_quant_params_from_tensor", "linear_quantize_clip", "linear_dequantize",
     "get_scale_approximation_params", "linear_requantize", "linear_requantize_floor", "cosine_distance",
-    "unify_shifts_for_aiff_with_per_n_channel_quant",
+    "unify_shifts_for_aiff_with_per_n_channel_quant", "align_shape_by_padding",
 ]
 
 SHIFT_DTYPE = Dtype.INT8
@@ -271,6 +271,19 @@ def linear_requantize_floor(x, multiplier, shift_bits, zero_point, clamp_min, cl
     y = torch.where(s >= 0, prod >> s.clamp(min=0), prod << (-s).clamp(min=0))
     y = torch.clamp(y - z, lo, hi).double()
     return _keep_integer_type(y, x_t.dtype, lo, hi)
+
+
+def align_shape_by_padding(x: torch.Tensor, y: torch.Tensor):
+    """x and y zero-padded at the end of each axis to a common shape (the one with fewer
+    axes gets leading axes of 1 first); returned with the one of more axes first."""
+    a, b = (y, x) if x.dim() < y.dim() else (x, y)
+    b = b.reshape([1] * (a.dim() - b.dim()) + list(b.shape))
+    shape = [max(m, n) for m, n in zip(a.shape, b.shape)]
+
+    def pad(t):
+        widths = [w for d in reversed(range(t.dim())) for w in (0, shape[d] - t.shape[d])]
+        return torch.nn.functional.pad(t, widths)
+    return pad(a), pad(b)
 
 
 def cosine_distance(a, b) -> float:
