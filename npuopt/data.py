@@ -72,10 +72,21 @@ def call_metric(spec: str, metric, pred, target, labels_from: str) -> None:
         raise DatasetError(f"{labels_from}: {e}") from None
 
 
-def metric_value(spec: str, metric) -> float:
-    """metric.compute(); a user's metric failing there names its plugin file."""
+def metric_value(spec: str, metric):
+    """metric.compute() as a number, or a list of numbers when it gives several (a tuple or an
+    array, e.g. accuracy, FP, FN), as the Compass Optimizer reports them; a user's metric
+    failing there names its plugin file."""
     with plugin_code(_registration(spec), f"metric '{spec}'.compute()"):
-        return float(metric.compute())
+        numbers = _numbers(metric.compute())
+    return numbers[0] if len(numbers) == 1 else numbers
+
+
+def _numbers(value) -> List[float]:
+    if isinstance(value, (tuple, list)):
+        return [n for v in value for n in _numbers(v)]
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+    return np.asarray(value, dtype=np.float64).reshape(-1).tolist()
 
 
 def _registration(spec: str):

@@ -343,13 +343,13 @@ class OptMaster:
             for spec, m in metrics[kind]:
                 value = metric_value(spec, m)
                 self.report["metrics"][kind][spec] = value
-                OPT_INFO(f"{kind} {spec}: {value:.6f}")
+                OPT_INFO(f"{kind} {spec}: {', '.join(f'{v:.6f}' for v in np.atleast_1d(value))}")
                 shown = metric_report(m)
                 if shown:
                     OPT_INFO(f"{kind} {spec} report: {shown}")
         kinds = [k for k, _ in graphs]
         if kinds == ["float", "quant"]:
-            self.report["metrics"]["drop"] = {spec: self.report["metrics"]["float"][spec] - v
+            self.report["metrics"]["drop"] = {spec: np.subtract(self.report["metrics"]["float"][spec], v).tolist()
                                               for spec, v in self.report["metrics"]["quant"].items()}
             self.report["agreement"] = {t.name: a.fraction() for t, a in zip(self.graph.output_tensors, agreement)}
             for name, value in self.report["agreement"].items():

@@ -462,9 +462,6 @@ KNOWN_FAILURES = {
     # npuopt checks the metrics on the first two samples before calibration; SphereFaceMetric
     # reads samples 0 and 2 of each batch (it expects metric_batch_size = 4)
     "SphereFaceLFWDataset+SphereFaceMetric": "inconsistent tensor size",
-    # compute() returns (accuracy, FP, FN); npuopt reports a metric as one number (the
-    # Compass Optimizer keeps the tuple and subtracts the drop element-wise)
-    "tusimpleDataset+LanenetMetric": "float() argument must be",
 }
 
 
