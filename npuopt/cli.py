@@ -26,7 +26,8 @@ BatchNorm and fuse activations; calibrate over `calibration_data` (or load
 Quantize/DeQuantize layers); write <output_dir>/<out_ir_name>_o.txt/.bin and
 <out_ir_name>_opt_template.json; then run the float and the quantized graph
 over `data` with the configured metrics and write
-<output_dir>/<model_name>_report.json (metrics, drop, worst layers).
+<output_dir>/<model_name>_report.json (metrics, drop, worst layers). Files
+appear only when the whole run succeeded, and never over the run's inputs.
 
 Plugins are read from the built-in plugins, ./plugin/, and every folder on
 AIPUPLUGIN_PATH (':'-separated); for one name the highest version wins.
