@@ -79,7 +79,10 @@ def _close_progress_bars() -> None:
     except ImportError:
         return
     for bar in list(getattr(tqdm, "_instances", ())):
-        bar.close()
+        try:
+            bar.close()
+        except AttributeError:  # the signal came while this bar was being made
+            pass
 
 
 def _run(cfg_path, overrides) -> None:

@@ -82,3 +82,16 @@ def test_a_stopped_run_leaves_nothing(tmp_path, sig):
     assert process.wait(timeout=120) == 1, "".join(lines)
     assert lines[-1].strip() == f"npuopt: error: interrupted by {sig.name}", "".join(lines)
     assert not (tmp_path / "out").exists(), sorted(p.name for p in (tmp_path / "out").rglob("*"))
+
+
+def test_a_signal_while_a_progress_bar_is_being_made_still_gives_the_error_line():
+    # CI once caught SIGTERM inside tqdm's constructor: the half-made bar has no position,
+    # and closing it raised AttributeError instead of printing the error line
+    from tqdm import tqdm
+
+    from npuopt.cli import _close_progress_bars
+
+    half_made = tqdm.__new__(tqdm)
+    half_made.disable = False  # set in __init__ before the position
+    _close_progress_bars()
+    tqdm._instances.discard(half_made)
