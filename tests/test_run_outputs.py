@@ -92,6 +92,6 @@ def test_a_signal_while_a_progress_bar_is_being_made_still_gives_the_error_line(
     from npuopt.cli import _close_progress_bars
 
     half_made = tqdm.__new__(tqdm)
-    half_made.disable = False  # set in __init__ before the position
+    setattr(half_made, "disable", False)  # set in __init__ before the position
     _close_progress_bars()
     tqdm._instances.discard(half_made)
