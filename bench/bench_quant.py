@@ -32,8 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from npuopt.config import load_config  # noqa: E402
 from npuopt.plugins import load_plugins  # noqa: E402
-from npuopt.quant.quantizer import (Calibrator, attach_statistics, build_quantized_graph,  # noqa: E402
-                                    dequantized, float_layers, layer_settings)
+from npuopt.quant.calibration import Calibrator, attach_statistics  # noqa: E402
+from npuopt.quant.compare import dequantized  # noqa: E402
+from npuopt.quant.quantizer import build_quantized_graph, float_layers  # noqa: E402
+from npuopt.quant.settings import layer_settings  # noqa: E402
 from npuopt_export.export import export_model, to_ir_layout  # noqa: E402
 from npuopt_export.export_check import IMAGE_LABELS, load_images  # noqa: E402
 from npuopt_export.models import efficientnet_lite0  # noqa: E402

@@ -27,8 +27,8 @@ from .logger import OPT_INFO, OPT_WARN
 from .outputs import RunOutputs, safe_name
 from .passes import run_stage1
 from .plugins import load_plugins
-from .quant.quantizer import Calibrator
-from .quant.settings import apply_cfg_per_layer
+from .quant.calibration import Calibrator, attach_statistics
+from .quant.settings import apply_cfg_per_layer, layer_settings, write_template
 from .quant.statistics import Statistics
 
 FORWARD_BUDGET = 384 << 20  # bytes of working memory one forward of the evaluation may take
@@ -122,6 +122,7 @@ class OptMaster:
             OPT_INFO("skip_optimization: no calibration, quantization nor IR written")
         elif self.cfg.calibration_data or (stats_file and os.path.isfile(stats_file)):
             run_stage1_passes(self.graph)
+            self.plan_settings()
             self.global_calibration("before_calibration")
             self.graph.mark_integer_tensors(device=self.device)
             self.calibrate()
@@ -155,10 +156,10 @@ class OptMaster:
             self.outputs.check("field 'dump_dir'", self.dump_folder, folder=True)
 
     def probe(self, dataset, size: int):
-        """The float graph's outputs on the dataset's first samples, and their labels: data
-        that does not fit the model, or constants that overflow float32 on it, stop the
-        run here, before any time is spent."""
-        n = min(len(dataset), size, 2)
+        """The float graph's outputs on the dataset's first `size` samples, and their labels:
+        data that does not fit the model, or constants that overflow float32 on it, stop
+        the run here, before any time is spent."""
+        n = min(len(dataset), size)
         subset = torch.utils.data.Subset(dataset, range(n))
         batch = next(batches(subset, self.cfg.dataset, n, 0, collate_fn=collate_of(dataset)))
         inputs, labels = self.split(batch)
@@ -172,11 +173,12 @@ class OptMaster:
             return
         if not cfg.dataset:
             raise ConfigError("field 'dataset' is required to read calibration_data")
-        self.probe(make_dataset(cfg.dataset, cfg.calibration_data), cfg.calibration_batch_size)
+        self.probe(make_dataset(cfg.dataset, cfg.calibration_data), 2)
 
     def check_metric_data(self) -> None:
-        """Open `data` (with `label`) and the metrics, and put the first samples through the
-        float graph and every metric, then every label of the file through every metric:
+        """Open `data` (with `label`) and the metrics, and put the first metric batch through
+        the float graph and every metric (a metric may read several samples of a batch),
+        then every label of the file through every metric:
         data or labels that do not fit the model or the metrics stop the run here."""
         cfg = self.cfg
         self.metric_dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
@@ -203,7 +205,6 @@ class OptMaster:
 
     # ---- steps 4-5 ---------------------------------------------------------
     def calibrate(self) -> None:
-        from .quant.quantizer import attach_statistics
         from .quant.statistics import load_statistics, save_statistics
         cfg = self.cfg
         path = cfg.statistic_file
@@ -246,14 +247,11 @@ class OptMaster:
             yield self.graph_inputs(self.split(b)[0])
 
     def global_calibration(self, stage: str) -> None:
-        """Run the cfg's global_calibration methods of `stage` on the float graph; after
-        calibration each layer's settings are in its attrs['qsettings'] while they run."""
+        """Run the cfg's global_calibration methods of `stage` on the float graph (each
+        layer's settings in its attrs['qsettings'])."""
         from .quant.global_calibration import Context, methods_of, run_stage
         if not any(m.stage == stage for m, _ in methods_of(self.cfg.global_calibration)):
             return
-        if stage == "after_calibration":
-            for node in self.graph.nodes:
-                node.attrs["qsettings"] = self.settings[node.name]
         started = time.perf_counter()
         ran = run_stage(stage, self.cfg.global_calibration, Context(self.graph, self.calibration_batches,
                                                                    self.device))
@@ -262,8 +260,9 @@ class OptMaster:
         self.report.setdefault("global_calibration", []).extend(ran)
 
     # ---- steps 6-9 -----------------------------------------------------------
-    def quantize(self) -> None:
-        from .quant.quantizer import build_quantized_graph, float_layers, layer_settings, write_template
+    def plan_settings(self) -> None:
+        """Each layer's settings (cfg, its per-layer forms, opt_config), also in the layer's
+        attrs['qsettings'], where global calibration reads them."""
         cfg = self.cfg
         self.settings = layer_settings(cfg, self.graph, cfg.opt_config)
         for field, keys in apply_cfg_per_layer(cfg, self.graph.nodes, self.settings).items():
@@ -272,6 +271,12 @@ class OptMaster:
         if modes is not None and any(m != "disable" for m in modes.values()):
             OPT_INFO("trigger_float_op: layers in a float mode are kept in float; npuopt computes and "
                      "writes them in float32 (it does not emulate float16/bfloat16)")
+        for node in self.graph.nodes:
+            node.attrs["qsettings"] = self.settings[node.name]
+
+    def quantize(self) -> None:
+        from .quant.quantizer import build_quantized_graph, float_layers
+        cfg = self.cfg
         self.global_calibration("after_calibration")
         keep = float_layers(self.graph, self.settings)
         with quantized_graph_edits(self.graph, cfg):
@@ -293,7 +298,7 @@ class OptMaster:
 
     # ---- step 10 ---------------------------------------------------------------
     def evaluate(self) -> None:
-        from .quant.quantizer import dequantized, layer_similarity
+        from .quant.compare import dequantized, layer_similarity
         cfg = self.cfg
         dataset = self.metric_dataset
         if dataset is None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-import npuopt.quant.quantizer as quantizer_mod
+import npuopt.quant.calibration as calibration_mod
 from npuopt.config import load_config
 from npuopt.datasets_common import no_label
 from npuopt.framework import Dataset, PluginType, register_plugin
@@ -109,7 +109,7 @@ def test_calibration_data_of_the_wrong_shape(tmp_path, workers):
 
 def test_metric_data_of_the_wrong_shape_stops_before_calibration(tmp_path, monkeypatch):
     calibrated = []
-    monkeypatch.setattr(quantizer_mod.Calibrator, "run", lambda self, b: calibrated.append(1))
+    monkeypatch.setattr(calibration_mod.Calibrator, "run", lambda self, b: calibrated.append(1))
     bad = npy(tmp_path, "bad.npy", DATA[:, :, :, :2])
     assert_fails_cleanly(tmp_path, run_cli(tmp_path, data=bad),
                          "yields shape [12, 12, 2] per sample for input 'input'")
@@ -205,7 +205,7 @@ def test_empty_calibration_set(tmp_path):
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 def test_nonfinite_calibration_values_warn_and_are_left_out(tmp_path, monkeypatch, value):
     seen = []
-    monkeypatch.setattr(quantizer_mod, "OPT_WARN", lambda msg, *a: seen.append(msg))
+    monkeypatch.setattr(calibration_mod, "OPT_WARN", lambda msg, *a: seen.append(msg))
     data = DATA.copy()
     data[3, 1, 2, 0] = data[40, 0, 0, 1] = value
     path = npy(tmp_path, "bad.npy", data)
@@ -233,17 +233,17 @@ def test_nonfinite_calibration_values_warn_and_are_left_out(tmp_path, monkeypatc
 @pytest.mark.parametrize("labels, fields, fragments", [
     (LABELS[:97], {}, ["NumpyDataset: label file '", "labels.npy' has 97 labels for 100 samples"]),
     (np.stack([LABELS, LABELS], 1), {}, ["TopKMetric: expected one class index per sample; got labels of "
-                                        "shape [2, 2] for a batch of 2"]),
+                                        "shape [16, 2] for a batch of 16"]),
     (LABELS + 10, {}, ["TopKMetric: labels must be class indices in [0, 4), got values from"]),
     (LABELS + 0.5, {}, ["TopKMetric: labels must be integer class indices; got non-integer values"]),
     (np.zeros((100, 3)), {"metric": "CosDistanceMetric"},
-     ["CosDistanceMetric: reference outputs of shape [2, 3] do not fit output 0 of shape [2, 4]"]),
+     ["CosDistanceMetric: reference outputs of shape [16, 3] do not fit output 0 of shape [16, 4]"]),
     (None, {}, ["TopKMetric: the dataset gave no labels; set the cfg field 'label'"]),
 ])
 def test_labels_that_do_not_fit_the_metric_stop_before_calibration(tmp_path, monkeypatch, labels, fields,
                                                                     fragments):
     calibrated = []
-    monkeypatch.setattr(quantizer_mod.Calibrator, "run", lambda self, b: calibrated.append(1))
+    monkeypatch.setattr(calibration_mod.Calibrator, "run", lambda self, b: calibrated.append(1))
     label = npy(tmp_path, "labels.npy", labels) if labels is not None else ""
     assert_fails_cleanly(tmp_path, run_cli(tmp_path, label=label, **fields), *fragments)
     assert calibrated == []

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from npuopt.ir.builder import GraphBuilder
-from npuopt.quant.quantizer import Calibrator, attach_statistics, build_quantized_graph, float_layers
+from npuopt.quant.calibration import Calibrator, attach_statistics
+from npuopt.quant.quantizer import build_quantized_graph, float_layers
 from npuopt.quant.settings import QuantSettings
 from tests.test_quantize_ops import METHODS, batches, check, one_layer, perturbed_output, quantize
 from tests.test_quantize_ops_more import assert_multiplier_matters, output_stage, run_keep

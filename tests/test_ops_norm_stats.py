@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from npuopt.errors import IRError
 from npuopt.ir.builder import GraphBuilder
 from npuopt.ops.normalization import rsqrt_15
-from npuopt.quant.quantizer import dequantized
+from npuopt.quant.compare import dequantized
 from tests.test_ops_float import close, nhwc, run
 from tests.test_ops_norm import spread_channels
 from tests.test_quantize_ops import METHODS, check, one_layer, quantize

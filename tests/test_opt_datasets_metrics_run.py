@@ -22,7 +22,8 @@ Not fed here, and why:
   CenterNetMetric, DetrmAPMetric, MaskRcnnCOCOmAPMetric, MaskRcnnTorchmAPMetric and the
   face detectors' WiderFaceMetric, CenterFaceMetric, RetinafaceboxMetric, faceboxMetric,
   lightfaceMetric. Data could be generated for each, head by head; not done yet.
-- KNOWN_FAILURES: fed, but npuopt stops (the reasons are there)."""
+Every fed cfg runs (SphereFaceMetric, which reads samples 0 and 2 of each batch, needed
+npuopt's metric check to use a whole first batch)."""
 import json
 import subprocess
 import sys
@@ -457,12 +458,6 @@ CASES: Dict[str, Case] = {
 
 
 OPT_DATASETS, OPT_METRICS = 36, 62  # classes OPT 4.2's plugin files register
-# cfgs that stop in npuopt, with the reason (a fragment of the error line)
-KNOWN_FAILURES = {
-    # npuopt checks the metrics on the first two samples before calibration; SphereFaceMetric
-    # reads samples 0 and 2 of each batch (it expects metric_batch_size = 4)
-    "SphereFaceLFWDataset+SphereFaceMetric": "inconsistent tensor size",
-}
 
 
 @pytest.fixture(scope="module")
@@ -496,19 +491,11 @@ def test_opt_datasets_and_metrics_run(results):
     datasets, metrics = ran(results, 0), ran(results, 1)
     print(f"\nOPT plugins that ran end to end: {len(datasets)} of {OPT_DATASETS} datasets, {len(metrics)} of "
           f"{OPT_METRICS} metrics ({sum(r['rc'] == 0 for r in results.values())} of {len(CASES)} cfgs)")
-    failed = {name: r["error"] for name, r in results.items() if r["rc"] != 0 and name not in KNOWN_FAILURES}
+    failed = {name: r["error"] for name, r in results.items() if r["rc"] != 0}
     assert not failed, "\n".join(f"{name}: {error}" for name, error in failed.items())
     for name, case in CASES.items():
-        if case.metric and name not in KNOWN_FAILURES:
+        if case.metric:
             values = results[name]["metrics"]
             assert case.metric in values["float"] and case.metric in values["quant"], (name, values)
             if case.expect is not None:
                 assert values["float"][case.metric] == values["quant"][case.metric] == case.expect, (name, values)
-
-
-@pytest.mark.shared
-def test_known_failures_still_fail_as_described(results):
-    """Where npuopt's pipeline and the Compass Optimizer's differ for these plugins: when one
-    passes, move it out of KNOWN_FAILURES."""
-    for name, fragment in KNOWN_FAILURES.items():
-        assert results[name]["rc"] != 0 and fragment in results[name]["error"], (name, results[name])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import npuopt.quant.calibration as calibration_mod
 import npuopt.quant.quantizer as quantizer_mod
 from npuopt.config import load_config
 from npuopt.errors import DatasetError, NpuoptError, QuantizeError
@@ -41,7 +42,8 @@ def run(tmp_path, **fields):
 @pytest.fixture
 def warnings(monkeypatch):
     seen = []
-    monkeypatch.setattr(quantizer_mod, "OPT_WARN", lambda msg, *a: seen.append(msg))
+    for module in (quantizer_mod, calibration_mod):
+        monkeypatch.setattr(module, "OPT_WARN", lambda msg, *a: seen.append(msg))
     import npuopt.optmaster as om
     monkeypatch.setattr(om, "OPT_WARN", lambda msg, *a: seen.append(msg))
     return seen
@@ -134,7 +136,7 @@ def test_statistic_file_second_run_skips_calibration(tmp_path, monkeypatch):
     _, first = run(tmp_path, statistic_file=str(stats))
     assert stats.is_file()
     calls = []
-    monkeypatch.setattr(quantizer_mod.Calibrator, "run", lambda self, b: calls.append(1))
+    monkeypatch.setattr(calibration_mod.Calibrator, "run", lambda self, b: calls.append(1))
     _, second = run(tmp_path, statistic_file=str(stats))
     assert not calls and second["metrics"]["quant"] == first["metrics"]["quant"]
 

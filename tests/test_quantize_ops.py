@@ -10,7 +10,9 @@ import npuopt.ops  # noqa: F401
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
 from npuopt.quant.settings import QuantSettings
-from npuopt.quant.quantizer import Calibrator, attach_statistics, build_quantized_graph, dequantized, float_layers
+from npuopt.quant.calibration import Calibrator, attach_statistics
+from npuopt.quant.compare import dequantized
+from npuopt.quant.quantizer import build_quantized_graph, float_layers
 
 INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32)
 

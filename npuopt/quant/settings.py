@@ -1,12 +1,19 @@
 """A layer's effective quantization settings: the cfg's fields (with their per-layer
-forms), overridden per layer by the JSON opt_config."""
+forms), overridden per layer by the JSON opt_config; and the template of every
+layer's settings, written in the opt_config's format."""
+import difflib
 import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from typing import Dict, List
 
-from ..config import default_of
+from ..config import FIELDS, default_of, parse_field
+from ..errors import ConfigError
+from .strategies import check_strategy
+
+TEMPLATE_IGNORED_KEYS = ("layer_type",)
+OUTPUT_STRATEGY = "extrema"  # for layers writing a graph output, unless opt_config says otherwise
 
 
 def _cfg_default(name: str):
@@ -104,3 +111,83 @@ def apply_cfg_per_layer(cfg, nodes, settings: Dict[str, QuantSettings]) -> Dict[
         if derive_multiplier and "multiplier_bits" not in own:
             st.multiplier_bits = min(int(st.activation_bits), 15)
     return {key: pl.unmatched(nodes) for key, pl in per_layer.items() if pl.unmatched(nodes)}
+
+
+# ---- the settings of a graph's layers, and their template ----------------------------
+def layer_settings(cfg, graph, opt_config_path: str = "") -> Dict[str, QuantSettings]:
+    """Effective settings of every layer: the cfg's fields, then the layer's entry in
+    the JSON opt_config ({"layer_name": {"weight_bits": 4, ...}}), validated."""
+    float_ops = {s.lower() for s in (cfg.trigger_float_op or [])}
+    base = {n: getattr(cfg, n) for n in QuantSettings.names() if n != "trigger_float_op" and hasattr(cfg, n)}
+    for key in ("calibration_strategy_for_weight", "calibration_strategy_for_activation"):
+        base[key] = check_strategy(base[key], "cfg: ")
+    overrides = read_opt_config(opt_config_path, graph) if opt_config_path else {}
+    graph_outputs = {t.name for t in graph.output_tensors}
+    result = {}
+    for node in graph.nodes:
+        values = dict(base)
+        values["trigger_float_op"] = node.name.lower() in float_ops or node.type.lower() in float_ops
+        if any(t.name in graph_outputs for t in node.outputs):
+            # a model's outputs are its answer: a clipping strategy that flattens the
+            # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
+            values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY
+        for key, value in overrides.get(node.name, {}).items():
+            values[key] = value
+        result[node.name] = QuantSettings(**values)
+    return result
+
+
+def read_opt_config(path: str, graph) -> Dict[str, dict]:
+    if not os.path.isfile(path):
+        raise ConfigError(f"opt_config '{path}' not found")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
+        raise ConfigError(f"opt_config '{path}' is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"opt_config '{path}': expected an object of layer names")
+    names = [n.name for n in graph.nodes]
+    known = [n for n in QuantSettings.names() if n != "histc_bins"]
+    out = {}
+    for layer, entry in data.items():
+        if layer not in names:
+            close = difflib.get_close_matches(layer, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"opt_config '{path}': no layer named '{layer}' in the graph{hint}")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"opt_config '{path}': layer '{layer}': expected an object of settings")
+        parsed = {}
+        for key, value in entry.items():
+            if key in TEMPLATE_IGNORED_KEYS:
+                continue
+            if key not in known:
+                raise ConfigError(f"opt_config '{path}': layer '{layer}': unknown setting '{key}' "
+                                  f"(known: {', '.join(known)})")
+            where = f"opt_config '{path}': layer '{layer}'"
+            if key == "trigger_float_op":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{where}: trigger_float_op must be true or false")
+                parsed[key] = value
+            elif key.startswith("calibration_strategy"):
+                parsed[key] = check_strategy(str(value), f"{where}: ")
+            else:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                parsed[key] = parse_field(key, text, where) if key in FIELDS else value
+        out[layer] = parsed
+    return out
+
+
+def write_template(path: str, graph, settings: Dict[str, QuantSettings]) -> None:
+    """Every layer's effective settings, in the opt_config format (layer_type is informative)."""
+    data = OrderedDict()
+    for node in graph.nodes:
+        if "boundary_of" in node.attrs or node.name not in settings:  # not a layer of the float graph
+            continue
+        entry = OrderedDict(layer_type=node.type)
+        entry.update((k, v) for k, v in settings[node.name].as_dict().items() if k != "histc_bins")
+        data[node.name] = entry
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
