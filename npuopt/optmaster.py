@@ -10,6 +10,7 @@ Without `calibration_data` (and no statistic_file to load) only the float
 steps run.
 """
 import contextlib
+import copy
 import json
 import os
 import time
@@ -65,6 +66,7 @@ class OptMaster:
         self.cfg = cfg
         self.device = select_device(cfg.device)
         self.graph = None
+        self.original = None  # the float graph as it was before global calibration edited it
         self.qgraph = None
         self.settings = None
         self.metric_dataset = None  # opened by check_metric_data, reused by evaluate
@@ -252,6 +254,8 @@ class OptMaster:
         from .quant.global_calibration import Context, methods_of, run_stage
         if not any(m.stage == stage for m, _ in methods_of(self.cfg.global_calibration)):
             return
+        if self.original is None:  # the float model stays the reference of the metrics and similarity
+            self.original = copy.deepcopy(self.graph)
         started = time.perf_counter()
         ran = run_stage(stage, self.cfg.global_calibration, Context(self.graph, self.calibration_batches,
                                                                    self.device))
@@ -303,7 +307,8 @@ class OptMaster:
         dataset = self.metric_dataset
         if dataset is None:
             dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
-        graphs = ([("float", self.graph)] if cfg.eval_original_model else []) + \
+        original = self.graph if self.original is None else self.original
+        graphs = ([("float", original)] if cfg.eval_original_model else []) + \
             ([("quant", self.qgraph)] if self.qgraph is not None and cfg.eval_optimized_model else [])
         if not graphs:
             OPT_INFO("eval_original_model and eval_optimized_model are false (or nothing was quantized): no metrics")
@@ -359,7 +364,7 @@ class OptMaster:
             self.report["agreement"] = {t.name: a.fraction() for t, a in zip(self.graph.output_tensors, agreement)}
             for name, value in self.report["agreement"].items():
                 OPT_INFO(f"output '{name}': top-1 of quantized equals top-1 of float on {value:.2%} of samples")
-            rows = layer_similarity(self.graph, self.qgraph, first)
+            rows = layer_similarity(original, self.qgraph, first)
             self.report["layer_similarity"] = rows
             for r in rows[:5]:
                 OPT_INFO(f"similarity (worst first): layer '{r['layer']}' ({r['type']}): "

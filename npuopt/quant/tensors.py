@@ -117,10 +117,14 @@ class WeightGrid:
         return qmath.dequantize(q, self.along(self.scale), self.along(self.zp))
 
 
-def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1) -> WeightGrid:
-    """The grid of float constant `key`: per channel along `axis`, per group of
-    channels (per-tensor settings on a grouped layer, as the tool chain does), or per
-    tensor; symmetric (zp 0) or asymmetric; signed, weight_bits wide."""
+def weight_range(node, key: str = "weights", axis: int = 0, groups: int = 1) -> tuple:
+    """(lo, hi) of float constant `key` that its grid covers: a global calibration
+    method's planned range, or the calibrated one: per channel along `axis`, per group
+    of channels (per-tensor settings on a grouped layer, as the tool chain does), or
+    per tensor (numbers); 0 always inside."""
+    planned = node.attrs.get("planned_ranges", {}).get(key)
+    if planned is not None:
+        return planned
     st = settings_of(node)
     w = node.get_constant(key).betensor.detach().to(torch.float32).cpu()
     method = QuantMethod.parse(st.quantize_method_for_weight)
@@ -132,12 +136,25 @@ def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1) -> W
         lo = lo.reshape(groups, size).min(dim=1).values.repeat_interleave(size)
         hi = hi.reshape(groups, size).max(dim=1).values.repeat_interleave(size)
     if isinstance(lo, torch.Tensor):
-        lo, hi = lo.clamp(max=0.0), hi.clamp(min=0.0)
-    else:
-        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        return lo.clamp(max=0.0), hi.clamp(min=0.0)
+    return min(lo, 0.0), max(hi, 0.0)
+
+
+def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1, rng: tuple = None) -> WeightGrid:
+    """The grid of float constant `key` over its weight_range (or `rng`): symmetric
+    (zp 0) or asymmetric, signed, weight_bits wide."""
+    st = settings_of(node)
+    method = QuantMethod.parse(st.quantize_method_for_weight)
+    lo, hi = rng if rng is not None else weight_range(node, key, axis, groups)
     scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.weight_bits, method.symmetric,
                                                       method.full_range, True)
-    return WeightGrid(scale, zp, qmin, qmax, st.weight_bits, axis, w.dim())
+    return WeightGrid(scale, zp, qmin, qmax, st.weight_bits, axis, node.get_constant(key).betensor.dim())
+
+
+def plan_weight_range(node, key: str, lo, hi) -> None:
+    """A global calibration method's range for constant `key` (numbers, or tensors
+    along the grid's axis), used by weight_grid instead of the calibrated one."""
+    node.attrs.setdefault("planned_ranges", {})[key] = (lo, hi)
 
 
 def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
@@ -146,17 +163,22 @@ def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
     node.attrs.setdefault("planned_integers", {})[key] = q.detach().to(torch.float32).cpu()
 
 
+def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
+    """The integers constant `key` will be stored as (float32, on the CPU): the rounding a
+    global calibration method planned for it, or the nearest."""
+    w = node.get_constant(key).betensor
+    planned = node.attrs.get("planned_integers", {}).get(key)
+    if planned is not None and tuple(planned.shape) == tuple(w.shape):
+        return planned.clamp(grid.qmin, grid.qmax)
+    return grid.quantize(w.detach().to(torch.float32).cpu())
+
+
 def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1):
-    """Replace float constant `key` by its integers on its WeightGrid: the rounding a
-    global calibration method planned for it, or the nearest. Returns the scale (a
-    number, or a float32 tensor along `axis`)."""
+    """Replace float constant `key` by its integers on its WeightGrid (weight_integers).
+    Returns the scale (a number, or a float32 tensor along `axis`)."""
     c = node.get_constant(key)
     grid = weight_grid(node, key, axis, groups)
-    planned = node.attrs.get("planned_integers", {}).get(key)
-    if planned is not None and tuple(planned.shape) == tuple(c.betensor.shape):
-        q = planned.clamp(grid.qmin, grid.qmax)
-    else:
-        q = grid.quantize(c.betensor.detach().to(torch.float32).cpu())
+    q = weight_integers(node, key, grid)
     c.key_axis = axis if grid.per_channel else None
     dtype = Dtype.integer(grid.bits, True)
     c.betensor = q.to(dtype.torch_dtype).to(c.betensor.device)

@@ -14,12 +14,14 @@ A method is a function registered under OPT's name with the stage it runs at:
 order given (OPT's syntax: ``name[params][scope]``). Methods live one per module in
 this package and register themselves with ``@global_calibration``.
 """
+import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, Optional
 
 import torch
 from tqdm import tqdm
 
+from ...config import PerLayer, parse_per_layer
 from ...errors import ConfigError
 
 STAGES = ("before_calibration", "after_calibration")
@@ -56,9 +58,21 @@ class Context:
     graph: object
     batches: Callable[[], Iterator[List[torch.Tensor]]]
     device: torch.device = torch.device("cpu")
+    scope: Optional[PerLayer] = None  # the running method's layers (OPT's [types], [(ids)], {regex})
 
-    def progress(self, items, desc: str, total: int = None) -> Iterator:
-        return tqdm(items, desc=desc, total=total, unit="layer", leave=False)
+    def progress(self, items, desc: str, total: int = None, unit: str = "layer") -> Iterator:
+        return tqdm(items, desc=desc, total=total, unit=unit, leave=False)
+
+    def in_scope(self, node) -> bool:
+        """Whether the running method applies to `node` (every layer when its scope is not given)."""
+        return self.scope is None or bool(self.scope.get(node))
+
+
+def scope_of(text: str) -> Optional[PerLayer]:
+    """The layers `name[params][scope]` names, from the text after the name (None: all of
+    them): OPT's scopes are the per-layer keys of the cfg's `<key:value>` form."""
+    key = re.sub(r"^\[[^\]]*\]", "", text or "")
+    return parse_per_layer(f"false & <{key}:true>", lambda v: v == "true") if key else None
 
 
 def methods_of(spec) -> List[tuple]:
@@ -77,10 +91,12 @@ def methods_of(spec) -> List[tuple]:
 def run_stage(stage: str, spec, ctx: Context) -> List[str]:
     """Run the methods of `spec` that belong to `stage`, in order; their names."""
     ran = []
-    for method, params in methods_of(spec):
+    for (method, params), (_, _, text) in zip(methods_of(spec), spec or []):
         if method.stage == stage:
+            ctx.scope = scope_of(text)
             method.run(ctx, params)
             ran.append(method.name)
+    ctx.scope = None
     return ran
 
 

@@ -1,0 +1,80 @@
+"""Top-1, agreement and time of the weight-rounding global calibration methods on
+EfficientNet-Lite0 (issue 12).
+
+    python bench/bench_global_calibration.py [--methods none,adaround,gptq_zy,adaquant_zy]
+                                             [--weight-bits 4] [--weights per_channel_symmetric_restricted_range]
+                                             [-- extra npuopt arguments]
+
+Runs `npuopt --cfg model_tests/efficientnet_lite0/opt.cfg` (100 calibration images,
+500 val images, 8-bit per-tensor asymmetric activations) once per method in a
+subprocess, with the weights as asked (default: 4-bit per channel), and prints a
+table: quantized top-1, top-1 agreement with the float model, the method's own time
+(from npuopt's log line), the run's wall time and its CPU time (user + system, all
+threads). The target of issue 12: adaround >= 0.840 top-1 at 4 bits, each method
+within 10 minutes on 2 cores. The float top-1 is 0.876. Needs ../shared beside the
+checkout and the Lite0 weight packages (the model is exported first if
+model_tests/efficientnet_lite0/work/lite0.txt is absent).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL_TEST = REPO / "model_tests" / "efficientnet_lite0"
+
+
+def run_once(method, args, folder):
+    """(report, method seconds, wall seconds, cpu seconds) of one npuopt run."""
+    out = os.path.join(folder, method.split("[")[0])
+    sets = {"global_calibration": method, "weight_bits": args.weight_bits, "quantize_method_for_weight": args.weights,
+            "output_dir": out, "statistic_file": os.path.join(folder, "lite0_stats.pt")}
+    command = [sys.executable, "-m", "npuopt", "--cfg", str(MODEL_TEST / "opt.cfg")]
+    command += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + args.extra
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, cwd=MODEL_TEST, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        err.seek(0)
+        log = err.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench_global_calibration: {method} failed: {log.strip().splitlines()[-1:]}")
+    took = re.search(r"global calibration \(after calibration\): .* in ([0-9.]+) s", log)
+    with open(os.path.join(out, "lite0_report.json")) as f:
+        report = json.load(f)
+    return report, float(took.group(1)) if took else 0.0, wall, usage.ru_utime + usage.ru_stime
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--methods", default="none,adaround,gptq_zy,adaquant_zy", help="comma-separated methods")
+    p.add_argument("--weight-bits", default="4")
+    p.add_argument("--weights", default="per_channel_symmetric_restricted_range", help="quantize_method_for_weight")
+    p.add_argument("extra", nargs="*", help="more npuopt arguments, e.g. --set calibration_strategy_for_weight=mse")
+    args = p.parse_args()
+    if not (REPO.parent / "shared" / "data" / "imagenet_sample").is_dir():
+        sys.exit("bench_global_calibration: ../shared/data/imagenet_sample is not beside the checkout")
+    if not (MODEL_TEST / "work" / "lite0.txt").is_file():
+        subprocess.run([sys.executable, "-c", "from npuopt_export.export import main; main()",
+                        "npuopt_export.models:efficientnet_lite0", "--input-shape", "1,3,224,224",
+                        "-o", str(MODEL_TEST / "work" / "lite0")], check=True)
+    print(f"EfficientNet-Lite0, {args.weight_bits}-bit weights {args.weights}, 8-bit per-tensor asymmetric "
+          f"activations, {os.cpu_count()} CPUs")
+    print("| method | top-1 | agreement | method time | run wall | run CPU |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as folder:
+        for method in args.methods.split(","):
+            report, took, wall, cpu = run_once(method, args, folder)
+            agreement = next(iter(report["agreement"].values()))
+            print(f"| {method} | {report['metrics']['quant']['TopKMetric']:.3f} | {agreement:.3f} | {took:.0f} s | "
+                  f"{wall:.0f} s | {cpu:.0f} s |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,385 @@
+"""What AdaRound, AdaQuant and GPTQ share: the layers they round (Convolution,
+DepthwiseConv, FullyConnected), each layer's output error on the calibration data as
+a quadratic function of its weights, and the weights' integer grid.
+
+A layer computes y = W x + b per output channel (then its fused activation); x is a
+patch of the input for a convolution. Its quantized form sees x_q, its input in the
+quantized graph with the roundings of the layers before it already chosen, and should
+still give the float output W x_f + b. Over the P patches of the calibration set,
+
+    (1/P) sum ||W x_f + b - (W~ x_q + b~)||^2 = tr(W~ H W~^T) - 2 <W~, C> + const
+
+with H and C from the Gram matrices of [x_q; 1] and [x_f; 1] (`Problem`): the error
+of any rounding costs one small matrix product, whatever the number of patches, and
+the best biases b~ for given weights have a closed form (`free_bias`). The fused
+activation is left out of the error, as in the layer-wise losses of AdaRound and GPTQ.
+"""
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from typing import Iterator, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+from ...errors import ConfigError, QuantizeError
+from ...ops._conv import window
+from ...registry import OP_QUANTIZERS, OpType
+from .. import tensors as QT
+from ..compare import dequantized
+from ..quantizer import build_quantized_graph
+from ..settings import QuantMethod, settings_of
+
+TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
+PATCH_BUDGET = 1 << 24   # patch values one Gram product reads at once (64 MB in float32)
+POSITIONS = 1 << 16      # patches a layer's Gram matrices are estimated from, at most
+PATCH_VALUES = 1 << 26   # and values of those patches, at most
+CLIP_RATIOS = torch.linspace(0.5, 1.0, 21)  # shares of the calibrated weight range tried (choose_range)
+
+
+# ---- the cfg's params -----------------------------------------------------------------
+def read_params(method: str, values: List[float], spec) -> dict:
+    """OPT's positional params `method[v0, v1, ...]` by the names and defaults of
+    `spec` [(name, default, minimum, integer)], checked into one-line ConfigErrors."""
+    if len(values) > len(spec):
+        names = ", ".join(name for name, *_ in spec)
+        raise ConfigError(f"field 'global_calibration': {method} takes at most {len(spec)} params "
+                          f"[{names}], got {len(values)}")
+    out = {}
+    for i, (name, default, minimum, integer) in enumerate(spec):
+        v = values[i] if i < len(values) else default
+        if v < minimum or (integer and v != int(v)):
+            what = "an integer" if integer else "a number"
+            raise ConfigError(f"field 'global_calibration': {method}'s {name} must be {what} >= {minimum}, got {v:g}")
+        out[name] = int(v) if integer else float(v)
+    return out
+
+
+# ---- running the graph layer by layer over the calibration set -------------------------
+class Stream:
+    """A graph run layer by layer over every calibration batch at once, each live tensor
+    kept as one value per batch: a layer's inputs on the whole set are at hand before it
+    runs, and a change to the layer reaches every layer after it."""
+
+    def __init__(self, graph, data: List[List[torch.Tensor]]):
+        self.graph = graph
+        if not graph.keeps_samples_apart():
+            data = [[x[i:i + 1] for x in b] for b in data for i in range(b[0].shape[0])]
+        self.batches = len(data)
+        self.values = {t.name: [b[i] for b in data] for i, t in enumerate(graph.input_tensors)}
+        self.order = {n.name: i for i, n in enumerate(graph.nodes)}
+        self.last_use = {t.name: i for i, n in enumerate(graph.nodes) for t in n.inputs}
+        self.done = 0
+
+    def until(self, name: str, through: bool = False):
+        """Run the layers before layer `name` (and that layer too when `through`); that
+        layer, or None when the graph has no layer of that name."""
+        i = self.order.get(name)
+        if i is None:
+            return None
+        while self.done < i + through:
+            self._run(self.graph.nodes[self.done])
+        return self.graph.nodes[i]
+
+    def inputs(self, node) -> List[torch.Tensor]:
+        return self.values[node.inputs[0].name]
+
+    def _run(self, node) -> None:
+        outputs = [[] for _ in node.outputs]
+        with torch.no_grad():
+            for b in range(self.batches):
+                for t in list(node.inputs) + list(node.outputs):
+                    if t.name in self.values:  # an Input layer's output is the fed value
+                        t.betensor = self.values[t.name][b]
+                node.forward()
+                for values, t in zip(outputs, node.outputs):
+                    values.append(t.betensor)
+        for t, values in zip(node.outputs, outputs):
+            self.values[t.name] = values
+        for t in list(node.inputs) + list(node.outputs):
+            t.betensor = torch.zeros(())
+            if self.last_use.get(t.name, -1) <= self.done:
+                self.values.pop(t.name, None)
+        self.done += 1
+
+    def close(self) -> None:
+        self.values.clear()
+        for t in self.graph.tensors:
+            t.betensor = torch.zeros(())
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The pipeline's own build of the quantized graph says its warnings once."""
+    log = logging.getLogger("npuopt")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def quantized_copy(graph, device):
+    """The quantized graph as the pipeline builds it from `graph` now (the roundings
+    planned so far included): what the layers after a rounded one will see."""
+    from ...config import current_config
+    from ...optmaster import quantized_graph_edits
+    settings = {n.name: settings_of(n) for n in graph.nodes}
+    keep = {n.name for n in graph.nodes if settings[n.name].trigger_float_op or OP_QUANTIZERS.get(n.type) is None}
+    with _quiet(), quantized_graph_edits(graph, current_config()):
+        qgraph, _ = build_quantized_graph(graph, settings, keep)
+    return qgraph.to(device)
+
+
+# ---- one layer's problem ---------------------------------------------------------------
+def patches(node, x: torch.Tensor, rows: torch.Tensor, qt=None) -> torch.Tensor:
+    """Patches `rows` of the layer's input x as [groups, rows, K] in float32: the inputs
+    of those output positions (numbered over the samples, positions in order), in the
+    order of the weights' row [kh, kw, C/group] (FullyConnected: the features); the
+    padding is zero (its real value). x holds `qt`'s integers when qt is given.
+    Gathered straight from x: a layer's input is far larger than the patches used."""
+    if node.type == OpType.FullyConnected:
+        return _real(x.reshape(-1, x.shape[-1])[rows], qt).unsqueeze(0)
+    w = window(node, 2)
+    (ky, kx), (sy, sx), (dy, dx), ((top, bottom), (left, right)) = w.kernel, w.stride, w.dilation, w.pads
+    height, width = x.shape[1], x.shape[2]
+    out_h = (height + top + bottom - dy * (ky - 1) - 1) // sy + 1
+    out_w = (width + left + right - dx * (kx - 1) - 1) // sx + 1
+    sample, oy, ox = rows // (out_h * out_w), rows // out_w % out_h, rows % out_w
+    iy = (oy * sy - top).reshape(-1, 1, 1) + (torch.arange(ky, device=x.device) * dy).reshape(1, -1, 1)
+    ix = (ox * sx - left).reshape(-1, 1, 1) + (torch.arange(kx, device=x.device) * dx).reshape(1, 1, -1)
+    inside = (iy >= 0) & (iy < height) & (ix >= 0) & (ix < width)
+    taps = x[sample.reshape(-1, 1, 1), iy.clamp(0, height - 1), ix.clamp(0, width - 1)]  # [rows, ky, kx, C]
+    taps = _real(taps, qt) * inside.unsqueeze(-1)
+    if w.group == 1:
+        return taps.reshape(1, len(rows), -1)
+    c = x.shape[-1] // w.group
+    return taps.reshape(len(rows), ky * kx, w.group, c).permute(2, 0, 1, 3).reshape(w.group, len(rows), -1).contiguous()
+
+
+def _real(v: torch.Tensor, qt) -> torch.Tensor:
+    return (dequantized(qt, v) if qt is not None else v).to(torch.float32)
+
+
+def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt) -> tuple:
+    """(E[x~q x~q^T], E[x~f x~q^T], patches) with x~ = [x; 1] per group ([groups, K+1,
+    K+1], float64) over at most POSITIONS patches (and PATCH_VALUES values: a depthwise
+    layer's K x K Grams need fewer) drawn evenly from the calibration set, the same ones
+    for a given set (reproducible); xq are `qt`'s integers."""
+    out = node.outputs[0]
+    per_sample = math.prod(int(d) for d in out.ir_shape[1:-1]) if len(out.ir_shape) > 2 else 1
+    width = node.get_param("group", 1) * node.get_constant("weights").betensor[0].numel()
+    share = min(1.0, min(POSITIONS, PATCH_VALUES // width) / (per_sample * sum(int(f.shape[0]) for f in xf)))
+    step = max(1, PATCH_BUDGET // width)
+    gen = torch.Generator().manual_seed(0)
+    sums, count = None, 0
+    for f, q in zip(xf, xq):
+        n = per_sample * int(f.shape[0])
+        rows = torch.randperm(n, generator=gen)[:math.ceil(n * share)].sort().values.to(f.device)
+        for i in range(0, len(rows), step):
+            pf, pq = patches(node, f, rows[i:i + step]), patches(node, q, rows[i:i + step], qt)
+            parts = (pq.transpose(1, 2) @ pq, pf.transpose(1, 2) @ pq, pq.sum(1), pf.sum(1))
+            sums = [p.double() for p in parts] if sums is None else [s + p.double() for s, p in zip(sums, parts)]
+            count += pq.shape[1]
+    qq, fq, mean_q, mean_f = (s / count for s in sums)
+    return _augmented(qq, mean_q, mean_q), _augmented(fq, mean_f, mean_q), count
+
+
+def _augmented(m: torch.Tensor, column: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+    """E[a~ b~^T] of a~ = [a; 1], b~ = [b; 1] from E[a b^T], E[a] (column) and E[b] (row)."""
+    one = torch.ones_like(m[:, :1, :1])
+    return torch.cat([torch.cat([m, column.unsqueeze(2)], dim=2), torch.cat([row.unsqueeze(1), one], dim=2)], dim=1)
+
+
+@dataclass
+class Problem:
+    """Choose W~ [groups, rows, K] on the grid to minimize the layer's output error
+    tr(W~ H W~^T) - 2 <W~, C> + damp * ||W~ - W||^2 (+ a constant). `damp`
+    (per group) pulls weights the data does not pin down (inputs that are always zero)
+    toward the float ones. With `free_bias`, H and C already account for the best
+    biases (`best_biases`), else the biases stay the float ones."""
+    node: object
+    weights: torch.Tensor     # W [groups, rows, K], float32
+    H: torch.Tensor           # [groups, K, K], float32
+    C: torch.Tensor           # [groups, rows, K], float32
+    low_rank: Optional[torch.Tensor]  # L [groups, K, r] with L L^T = H, when fewer patches than inputs
+    damp: torch.Tensor        # [groups, 1, 1], float32
+    scale: object             # the grid's scale and zero point: numbers, or [groups, rows, 1]
+    zp: object
+    qmin: int
+    qmax: int
+    mean_q: Optional[torch.Tensor]   # E[x_q] [groups, K] and E[W x_f + b] [groups, rows] when free_bias
+    mean_out: Optional[torch.Tensor]
+
+    @classmethod
+    def of(cls, node, xf, xq, qt, free_bias: bool, damp: float) -> "Problem":
+        c = node.get_constant("weights")
+        groups = node.get_param("group", 1)
+        w = c.betensor.detach().to(torch.float32)
+        w = w.reshape(groups, w.shape[0] // groups, -1)
+        biases = node.constants["biases"].betensor.detach().to(torch.float32).reshape(groups, -1) \
+            if "biases" in node.constants else torch.zeros(w.shape[:2], device=w.device)
+        hqq, hfq, count = grams(node, xf, xq, qt)
+        k = w.shape[-1]
+        a = torch.cat([w, biases.unsqueeze(-1)], dim=-1).double()
+        cross = a @ hfq                                    # E[(W x_f + b) x~q^T]
+        mean_q = hqq[:, :k, k]
+        if free_bias:
+            h = hqq[:, :k, :k] - mean_q.unsqueeze(2) * mean_q.unsqueeze(1)
+            cw = cross[..., :k] - cross[..., k:] * mean_q.unsqueeze(1)
+        else:
+            h = hqq[:, :k, :k]
+            cw = cross[..., :k] - biases.double().unsqueeze(-1) * mean_q.unsqueeze(1)
+        diag = h.diagonal(dim1=1, dim2=2).mean(dim=1)
+        lam = damp * torch.where(diag > 0, diag, torch.ones_like(diag))
+        grid = QT.weight_grid(node, "weights", axis=0, groups=groups)
+        return cls(node, w, h.to(torch.float32), cw.to(torch.float32), _factor(h) if 2 * count < k else None,
+                   lam.to(torch.float32).reshape(-1, 1, 1),
+                   _grouped(grid.scale, w), _grouped(grid.zp, w), grid.qmin, grid.qmax,
+                   mean_q.to(torch.float32) if free_bias else None,
+                   cross[..., k].to(torch.float32) if free_bias else None)
+
+    # ---- the grid ----
+    def units(self, w: torch.Tensor) -> torch.Tensor:
+        """Weights in steps of the grid: w * scale - zp (integers on the grid)."""
+        return w * self.scale - self.zp
+
+    def dequantize(self, q: torch.Tensor) -> torch.Tensor:
+        return (q + self.zp) / self.scale
+
+    def choose_range(self) -> None:
+        """Shrink the grid's calibrated range by the share of CLIP_RATIOS whose nearest
+        rounding gives the least output error: per channel for per-channel weights, per
+        group where per-tensor settings give each group its grid, else for the whole
+        tensor; planned (tensors.plan_weight_range) and used by this problem's grid."""
+        node, groups = self.node, self.node.get_param("group", 1)
+        lo, hi = QT.weight_range(node, "weights", 0, groups)
+        errors = []
+        for r in CLIP_RATIOS.tolist():
+            grid = QT.weight_grid(node, "weights", 0, groups, (lo * r, hi * r))
+            scale, zp = _grouped(grid.scale, self.weights), _grouped(grid.zp, self.weights)
+            w = (torch.round(self.weights * scale - zp).clamp(self.qmin, self.qmax) + zp) / scale
+            errors.append(self.row_errors(w))
+        errors = torch.stack(errors, dim=-1)            # [groups, rows, ratios]
+        per_channel = QuantMethod.parse(settings_of(node).quantize_method_for_weight).per_channel
+        if not isinstance(lo, torch.Tensor):
+            best = CLIP_RATIOS[int(errors.sum(dim=(0, 1)).argmin())]
+        elif per_channel:
+            best = CLIP_RATIOS[errors.argmin(dim=-1).reshape(-1).cpu()]
+        else:
+            best = CLIP_RATIOS[errors.sum(dim=1).argmin(dim=-1).cpu()].repeat_interleave(errors.shape[1])
+        QT.plan_weight_range(node, "weights", lo * best, hi * best)
+        grid = QT.weight_grid(node, "weights", 0, groups)
+        self.scale, self.zp = _grouped(grid.scale, self.weights), _grouped(grid.zp, self.weights)
+
+    def row_errors(self, w: torch.Tensor) -> torch.Tensor:
+        """The output error of weights w per row [groups, rows] (+ a constant per row)."""
+        return (w * self._times_h(w)).sum(-1) - 2 * (w * self.C).sum(-1) + (self.damp * (w - self.weights) ** 2).sum(-1)
+
+    def target(self) -> torch.Tensor:
+        """The float weights of least damped error, before rounding (W when x_q = x_f)."""
+        h = self.H.double() + self.damp.double() * torch.eye(self.H.shape[-1], dtype=torch.float64, device=self.H.device)
+        return torch.linalg.solve(h, (self.C + self.damp * self.weights).double().transpose(1, 2)).transpose(1, 2).to(torch.float32)
+
+    # ---- the error ----
+    def error(self, w: torch.Tensor) -> torch.Tensor:
+        """The output error of weights w (+ a constant)."""
+        return (w * self._times_h(w)).sum() - 2 * (w * self.C).sum() + (self.damp * (w - self.weights) ** 2).sum()
+
+    def gradient(self, w: torch.Tensor) -> torch.Tensor:
+        """The error's gradient at w: one product with H, so learning takes one per step."""
+        return 2 * (self._times_h(w) - self.C + self.damp * (w - self.weights))
+
+    def _times_h(self, w: torch.Tensor) -> torch.Tensor:
+        if self.low_rank is not None:
+            return (w @ self.low_rank) @ self.low_rank.transpose(1, 2)
+        return w @ self.H
+
+    def best_biases(self, w: torch.Tensor) -> torch.Tensor:
+        """free_bias: the biases that minimize the error of weights w, [groups, rows]."""
+        return self.mean_out - (w @ self.mean_q.unsqueeze(-1)).squeeze(-1)
+
+    # ---- the result ----
+    def plan(self, q: torch.Tensor, biases: torch.Tensor = None) -> None:
+        """Use integers q [groups, rows, K] for the layer's weights (and, when given,
+        these float biases)."""
+        c = self.node.get_constant("weights")
+        QT.plan_weight_integers(self.node, "weights", q.detach().reshape(c.betensor.shape))
+        if biases is not None and "biases" in self.node.constants:
+            b = self.node.constants["biases"]
+            b.betensor = biases.detach().reshape(b.betensor.shape).to(b.betensor.dtype)
+
+
+def _grouped(v, w: torch.Tensor):
+    """A grid number, or its per-channel tensor as [groups, rows, 1] beside weights w."""
+    return v.to(w.device).reshape(w.shape[0], w.shape[1], 1) if isinstance(v, torch.Tensor) else float(v)
+
+
+def _factor(h: torch.Tensor) -> torch.Tensor:
+    """L with L L^T = h, of as few columns as h's rank: a layer with fewer patches than
+    inputs (FullyConnected, one vector per sample) then costs less per product with H."""
+    values, vectors = torch.linalg.eigh(h)
+    values = values.clamp(min=0)
+    keep = values.amax(dim=0) > 1e-10 * values.amax().clamp(min=1e-300)
+    return (vectors[..., keep] * values[:, keep].sqrt().unsqueeze(1)).to(torch.float32)
+
+
+# ---- the layers in order ------------------------------------------------------------
+class LayerData:
+    """The calibration batches a method uses, and the layers' problems in topological
+    order, each with its input in the quantized graph as the roundings chosen before it
+    leave it."""
+
+    def __init__(self, ctx, batches: int):
+        self.ctx = ctx
+        self.data = []
+        for b in ctx.batches():
+            self.data.append([x.to(ctx.device) for x in b])
+            if len(self.data) == batches:
+                break
+        if not self.data:
+            raise QuantizeError("global calibration: the calibration set gave no batch")
+        self.samples = sum(int(b[0].shape[0]) if b[0].dim() else 1 for b in self.data)
+
+    def layers(self) -> list:
+        ctx = self.ctx
+        return [n for n in ctx.graph.nodes if n.type in TYPES and "weights" in n.constants and ctx.in_scope(n)
+                and not settings_of(n).trigger_float_op]
+
+    def problems(self, desc: str, free_bias: bool, damp: float, choose_range: bool) -> Iterator[Problem]:
+        """Each layer's Problem (its grid's range chosen first with `choose_range`:
+        Problem.choose_range); when the caller resumes, the range and rounding it planned
+        (and the biases it set) are put into the quantized graph before the layers after
+        it run."""
+        ctx = self.ctx
+        qgraph = quantized_copy(ctx.graph, ctx.device)
+        streams = Stream(ctx.graph, self.data), Stream(qgraph, self.data)
+        try:
+            for node in ctx.progress(self.layers(), desc):
+                fnode, qnode = (s.until(node.name) for s in streams)
+                if qnode is None or not qnode.quantized:
+                    continue
+                problem = Problem.of(node, streams[0].inputs(fnode), streams[1].inputs(qnode), qnode.inputs[0],
+                                     free_bias and "biases" in node.constants, damp)
+                streams[0].until(node.name, through=True)  # the float layer runs before a plan edits it
+                if choose_range:
+                    problem.choose_range()
+                yield problem
+                _requantize(qnode, node)
+        finally:
+            for s in streams:
+                s.close()
+
+
+def _requantize(qnode, node) -> None:
+    """The quantized layer made again from the float one as planned now (the range and
+    rounding of its weights, its biases), as the pipeline will make it."""
+    for key, c in node.constants.items():
+        q = qnode.constants[key]
+        q.betensor, q.dtype = c.betensor.detach().clone().to(q.betensor.device), c.dtype
+    for plan in ("planned_ranges", "planned_integers"):
+        if plan in node.attrs:
+            qnode.attrs[plan] = node.attrs[plan]
+    qnode.quantize()

@@ -1,0 +1,179 @@
+"""Issue 12: the global calibration methods on small models. The ones that choose
+weight grids and roundings (adaround, adaquant_zy, gptq_zy), with 4-bit weights:
+each lowers the quantized output's error against rounding to nearest on the
+calibrated grid, keeps its integers on the grid, and a cfg that names it runs end to
+end to an IR that reads back. Equalization keeps the float function and lowers the
+error of per-tensor weights; bias correction lowers the error of per-tensor weights."""
+import numpy as np
+import pytest
+import torch
+
+from npuopt.config import load_config
+from npuopt.errors import ConfigError
+from npuopt.ir import read_graph, write_graph
+from npuopt.ir.builder import GraphBuilder
+from npuopt.optmaster import OptMaster
+from npuopt.plugins import load_plugins
+from npuopt.quant.global_calibration import _layers
+from npuopt.quant.compare import dequantized
+
+
+def small_model(path):
+    """Conv 3x3 (RELU6) -> DepthwiseConv 3x3 (RELU6) -> Conv 1x1 -> FullyConnected."""
+    gen = torch.Generator().manual_seed(0)
+    b = GraphBuilder("small")
+    b.input("x", [1, 6, 6, 3])
+    b.layer("Convolution", "conv", ["x"], dict(kernel_x=3, kernel_y=3, pad_left=1, pad_right=1, pad_top=1,
+                                                pad_bottom=1, num_output=8, with_activation="RELU6"),
+            {"weights": torch.randn(8, 3, 3, 3, generator=gen) * 0.4, "biases": torch.randn(8, generator=gen) * 0.1})
+    b.layer("DepthwiseConv", "dw", ["conv"], dict(kernel_x=3, kernel_y=3, stride_x=2, stride_y=2, pad_right=1,
+                                                  pad_bottom=1, group=8, num_output=8, with_activation="RELU6"),
+            {"weights": torch.randn(8, 3, 3, 1, generator=gen) * 0.4, "biases": torch.randn(8, generator=gen) * 0.1})
+    b.layer("Convolution", "project", ["dw"], dict(kernel_x=1, kernel_y=1, num_output=12),
+            {"weights": torch.randn(12, 1, 1, 8, generator=gen) * 0.4, "biases": torch.randn(12, generator=gen) * 0.1})
+    b.layer("Reshape", "flat", ["project"], dict(shape=[1, 108]))
+    b.layer("FullyConnected", "fc", ["flat"], dict(num_output=10),
+            {"weights": torch.randn(10, 108, generator=gen) * 0.1, "biases": torch.randn(10, generator=gen) * 0.1})
+    write_graph(b.build(["fc"]), str(path / "small.txt"))
+    np.save(path / "data.npy", torch.randn(64, 6, 6, 3, generator=gen).numpy())
+
+
+def run(path, method, **fields):
+    """The OptMaster of one run with 4-bit per-channel weights and `method`."""
+    load_plugins()
+    lines = {"graph": "small.txt", "model_name": "small", "output_dir": f"out_{method.split('[')[0]}",
+             "dataset": "NumpyDataset", "calibration_data": "data.npy", "calibration_batch_size": "16",
+             "weight_bits": "4", "quantize_method_for_weight": "per_channel_symmetric_restricted_range",
+             "quantize_method_for_activation": "per_tensor_asymmetric", "global_calibration": method, **fields}
+    cfg = path / f"{method.split('[')[0]}.cfg"
+    cfg.write_text("[Common]\n" + "".join(f"{k} = {v}\n" for k, v in lines.items()))
+    master = OptMaster(load_config(str(cfg)))
+    master.run()
+    return master
+
+
+def output_error(master, path):
+    """Mean squared error of the quantized output against the float model's (as read,
+    before any method edited its biases) on the calibration data."""
+    x = torch.from_numpy(np.load(path / "data.npy"))
+    want = read_graph(str(path / "small.txt")).forward([x])[0]
+    got = dequantized(master.qgraph.output_tensors[0], master.qgraph.forward([x])[0])
+    return float(((got - want) ** 2).mean())
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rounding")
+    small_model(path)
+    return path, output_error(run(path, "none"), path)
+
+
+@pytest.mark.parametrize("method", ["adaround[0,200]", "gptq_zy", "adaquant_zy[0,200]"])
+def test_a_method_lowers_the_4bit_output_error(model, method):
+    path, nearest = model
+    master = run(path, method)
+    error = output_error(master, path)
+    assert error < 0.8 * nearest, (method, error, nearest)
+    for node in master.qgraph.nodes:
+        if node.type in _layers.TYPES:
+            c = node.get_constant("weights")
+            assert c.qmin == -7 and c.qmax == 7
+            assert int(c.betensor.min()) >= c.qmin and int(c.betensor.max()) <= c.qmax
+            attrs = master.graph.node(node.name).attrs
+            assert "planned_integers" in attrs
+            assert ("planned_ranges" in attrs) == method.startswith("adaquant_zy")  # AdaQuant chooses the range
+
+
+def test_adaround_runs_end_to_end_and_the_ir_reads_back(model):
+    path, _ = model
+    master = run(path, "adaround[0,50]")
+    assert master.report["global_calibration"] == ["adaround"]
+    graph = read_graph(master.report["quantized_ir"])
+    assert [n.name for n in graph.nodes] == [n.name for n in master.qgraph.nodes]
+    written = graph.node("project").get_constant("weights").betensor
+    assert torch.equal(written.to(torch.int32), master.qgraph.node("project").get_constant("weights").betensor.to(torch.int32))
+
+
+def test_a_scope_limits_the_layers(model):
+    path, _ = model
+    master = run(path, "adaround[0,20][fullyconnected]")
+    assert [n.name for n in master.graph.nodes if "planned_integers" in n.attrs] == ["fc"]
+
+
+def test_patches_reproduce_the_layer(model):
+    """A layer's patches times its weight rows are its output before the activation."""
+    path, _ = model
+    graph = read_graph(str(path / "small.txt"))
+    x = torch.randn(2, 6, 6, 3)
+    graph.forward([x], keep_tensors=True)
+    for name in ("conv", "dw", "project", "fc"):
+        node = graph.node(name)
+        node.params["with_activation"] = "NONE"
+        want = node.forward().reshape(-1, node.outputs[0].betensor.shape[-1])
+        groups = node.get_param("group", 1)
+        w = node.get_constant("weights").betensor
+        w = w.reshape(groups, w.shape[0] // groups, -1)
+        x = node.inputs[0].betensor
+        p = _layers.patches(node, x, torch.arange(want.shape[0]))          # [groups, patches, K]
+        got = (p @ w.transpose(1, 2)).transpose(0, 1).reshape(p.shape[1], -1) + node.get_constant("biases").betensor
+        assert torch.allclose(got, want, atol=1e-5), name
+
+
+@pytest.mark.parametrize("method, said", [
+    ("adaround[0,0]", "adaround's epochs must be an integer >= 1, got 0"),
+    ("gptq_zy[1,1,0.01,128,5]", "gptq_zy takes at most 4 params"),
+    ("adaquant_zy[1.5]", "adaquant_zy's batches must be an integer >= 0, got 1.5"),
+])
+def test_bad_params_stop_with_one_line(model, method, said):
+    path, _ = model
+    with pytest.raises(ConfigError, match=said):
+        run(path, method)
+
+
+def unbalanced_model(path):
+    """Conv 3x3 (RELU) -> Conv 1x1 (NONE) -> Conv 1x1, whose first layer's output channels
+    differ in range by up to 100x (compensated by the next layer's inputs): on per-tensor
+    weights the small channels round to a few levels."""
+    gen = torch.Generator().manual_seed(1)
+    spread = torch.logspace(-2, 0, 8)
+    b = GraphBuilder("unbalanced")
+    b.input("x", [1, 6, 6, 3])
+    b.layer("Convolution", "conv1", ["x"], dict(kernel_x=3, kernel_y=3, pad_left=1, pad_right=1, pad_top=1,
+                                                 pad_bottom=1, num_output=8, with_activation="RELU"),
+            {"weights": torch.randn(8, 3, 3, 3, generator=gen) * spread.reshape(8, 1, 1, 1),
+             "biases": torch.rand(8, generator=gen) * spread})
+    b.layer("Convolution", "conv2", ["conv1"], dict(kernel_x=1, kernel_y=1, num_output=8),
+            {"weights": torch.randn(8, 1, 1, 8, generator=gen) / spread.reshape(1, 1, 1, 8) * 0.1,
+             "biases": torch.randn(8, generator=gen) * 0.1})
+    b.layer("Convolution", "conv3", ["conv2"], dict(kernel_x=1, kernel_y=1, num_output=4),
+            {"weights": torch.randn(4, 1, 1, 8, generator=gen) * 0.3, "biases": torch.randn(4, generator=gen) * 0.1})
+    write_graph(b.build(["conv3"]), str(path / "small.txt"))
+    np.save(path / "data.npy", torch.randn(64, 6, 6, 3, generator=gen).numpy())
+
+
+PER_TENSOR = dict(weight_bits="8", quantize_method_for_weight="per_tensor_symmetric_restricted_range")
+
+
+def test_equalization_keeps_the_float_function_and_lowers_the_per_tensor_error(tmp_path):
+    unbalanced_model(tmp_path)
+    nearest = output_error(run(tmp_path, "none", **PER_TENSOR), tmp_path)
+    master = run(tmp_path, "equalization", **PER_TENSOR)
+    x = torch.from_numpy(np.load(tmp_path / "data.npy"))
+    want = read_graph(str(tmp_path / "small.txt")).forward([x])[0]
+    assert torch.allclose(master.graph.forward([x])[0], want, rtol=1e-4, atol=1e-5)
+    ranges = master.graph.node("conv1").get_constant("weights").betensor.abs().reshape(8, -1).amax(1)
+    assert float(ranges.max() / ranges.min()) < 10  # was up to 100x
+    assert output_error(master, tmp_path) < 0.5 * nearest
+
+
+def test_bias_correction_lowers_the_per_tensor_error(tmp_path):
+    unbalanced_model(tmp_path)
+    fields = dict(PER_TENSOR, weight_bits="4")
+    nearest = output_error(run(tmp_path, "none", **fields), tmp_path)
+    master = run(tmp_path, "bias_correction", **fields)
+    assert master.report["global_calibration"] == ["bias_correction"]
+    assert output_error(master, tmp_path) < 0.8 * nearest
+    # the metrics and the similarity still compare with the model as read
+    read = read_graph(str(tmp_path / "small.txt")).node("conv2").get_constant("biases").betensor
+    assert torch.equal(master.original.node("conv2").get_constant("biases").betensor, read)
+    assert not torch.equal(master.graph.node("conv2").get_constant("biases").betensor, read)
