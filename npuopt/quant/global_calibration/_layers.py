@@ -302,6 +302,10 @@ class Problem:
         return self.mean_out - (w @ self.mean_q.unsqueeze(-1)).squeeze(-1)
 
     # ---- the result ----
+    def plan_with_best_biases(self, q: torch.Tensor) -> None:
+        """Use integers q and, with free_bias, the biases that fit them best."""
+        self.plan(q, self.best_biases(self.dequantize(q)) if self.mean_q is not None else None)
+
     def plan(self, q: torch.Tensor, biases: torch.Tensor = None) -> None:
         """Use integers q [groups, rows, K] for the layer's weights (and, when given,
         these float biases)."""
@@ -342,6 +346,11 @@ class LayerData:
         if not self.data:
             raise QuantizeError("global calibration: the calibration set gave no batch")
         self.samples = sum(int(b[0].shape[0]) if b[0].dim() else 1 for b in self.data)
+
+    def steps(self, epochs: int, batch_size: int) -> int:
+        """OPT's epochs of batches of batch_size samples (0: all) as steps that each see
+        the whole set, one per batch OPT would have taken."""
+        return epochs * math.ceil(self.samples / (batch_size or self.samples))
 
     def layers(self) -> list:
         ctx = self.ctx

@@ -12,9 +12,8 @@ OPT's params: adaquant_zy[batches, epochs, batch_size, lr_weight, lr_bias,
 lr_quant_param_weight, lr_quant_param_activation]; lr_weight is in steps of the
 weights' grid, steps = epochs * ceil(samples / batch_size) as for adaround (every
 step sees the whole calibration set). The last three have no effect in npuopt: the
-biases are solved, and the grids (the weights' and the activations' scales) stay
-the calibrated ones."""
-import math
+biases are solved, the weights' range is chosen as above, and the activations'
+scales stay the calibrated ones."""
 
 import torch
 
@@ -52,7 +51,7 @@ def adaquant_zy(ctx, params):
     """AdaQuant: weights learned with the quantizer in the loop, then rounded; biases solved."""
     p = read_params("adaquant_zy", params, PARAMS)
     data = LayerData(ctx, p["batches"])
-    steps = p["epochs"] * math.ceil(data.samples / (p["batch_size"] or data.samples))
+    steps = data.steps(p["epochs"], p["batch_size"])
     for problem in data.problems("adaquant_zy", free_bias=True, damp=DAMP, choose_range=True):
         q = learn_weights(problem, steps, p["lr_weight"])
-        problem.plan(q, problem.best_biases(problem.dequantize(q)) if problem.mean_q is not None else None)
+        problem.plan_with_best_biases(q)

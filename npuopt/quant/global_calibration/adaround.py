@@ -67,7 +67,7 @@ def adaround(ctx, params):
     """AdaRound: learned up/down rounding of Convolution/DepthwiseConv/FullyConnected weights."""
     p = read_params("adaround", params, PARAMS)
     data = LayerData(ctx, p["batches"])
-    steps = p["epochs"] * math.ceil(data.samples / (p["batch_size"] or data.samples))
+    steps = data.steps(p["epochs"], p["batch_size"])
     for problem in data.problems("adaround", free_bias=True, damp=DAMP, choose_range=False):
         q = learn_rounding(problem, steps, p["lr"], p["reg_param"], p["beta_start"], p["beta_end"], p["warm_start"])
-        problem.plan(q, problem.best_biases(problem.dequantize(q)) if problem.mean_q is not None else None)
+        problem.plan_with_best_biases(q)
