@@ -252,7 +252,7 @@ class OptMaster:
         """Run the cfg's global_calibration methods of `stage` on the float graph (each
         layer's settings in its attrs['qsettings'])."""
         from .quant.global_calibration import Context, methods_of, run_stage
-        if not any(m.stage == stage for m, _ in methods_of(self.cfg.global_calibration)):
+        if not any(m.stage == stage for m, _, _ in methods_of(self.cfg.global_calibration)):
             return
         if self.original is None:  # the float model stays the reference of the metrics and similarity
             self.original = copy.deepcopy(self.graph)

@@ -56,8 +56,3 @@ _.split_size
 # pytest's hooks and markers, found by name
 _.pytest_terminal_summary
 _.pytestmark
-
-# the interface a global calibration method (npuopt/quant/global_calibration) uses:
-# methods register by decorator, in npuopt or in a user's plugin
-_.progress
-plan_weight_integers

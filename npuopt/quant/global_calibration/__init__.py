@@ -76,24 +76,25 @@ def scope_of(text: str) -> Optional[PerLayer]:
 
 
 def methods_of(spec) -> List[tuple]:
-    """[(Method, params)] of the cfg's parsed global_calibration, unknown ones refused."""
+    """[(Method, params, scope)] of the cfg's parsed global_calibration (scope_of each
+    method's text), unknown ones refused."""
     out = []
-    for name, params, _scope in spec or []:
+    for name, params, text in spec or []:
         method = METHODS.get(name)
         if method is None:
             known = ", ".join(sorted(METHODS)) or "none"
             raise ConfigError(f"field 'global_calibration': method '{name}' is not implemented in npuopt "
                               f"(implemented: {known})")
-        out.append((method, params))
+        out.append((method, params, scope_of(text)))
     return out
 
 
 def run_stage(stage: str, spec, ctx: Context) -> List[str]:
     """Run the methods of `spec` that belong to `stage`, in order; their names."""
     ran = []
-    for (method, params), (_, _, text) in zip(methods_of(spec), spec or []):
+    for method, params, scope in methods_of(spec):
         if method.stage == stage:
-            ctx.scope = scope_of(text)
+            ctx.scope = scope
             method.run(ctx, params)
             ran.append(method.name)
     ctx.scope = None

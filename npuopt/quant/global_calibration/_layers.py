@@ -25,10 +25,10 @@ import torch.nn.functional as F
 
 from ...errors import ConfigError, QuantizeError
 from ...ops._conv import window
-from ...registry import OP_QUANTIZERS, OpType
+from ...registry import OpType
 from .. import tensors as QT
 from ..compare import dequantized
-from ..quantizer import build_quantized_graph
+from ..quantizer import build_quantized_graph, float_layers
 from ..settings import QuantMethod, settings_of
 
 TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
@@ -127,9 +127,8 @@ def quantized_copy(graph, device):
     from ...config import current_config
     from ...optmaster import quantized_graph_edits
     settings = {n.name: settings_of(n) for n in graph.nodes}
-    keep = {n.name for n in graph.nodes if settings[n.name].trigger_float_op or OP_QUANTIZERS.get(n.type) is None}
     with _quiet(), quantized_graph_edits(graph, current_config()):
-        qgraph, _ = build_quantized_graph(graph, settings, keep)
+        qgraph, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
     return qgraph.to(device)
 
 
