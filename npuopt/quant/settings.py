@@ -180,9 +180,10 @@ def read_opt_config(path: str, graph) -> Dict[str, dict]:
 
 def write_template(path: str, graph, settings: Dict[str, QuantSettings]) -> None:
     """Every layer's effective settings, in the opt_config format (layer_type is informative)."""
+    from .quantizer import BOUNDARY_TYPES  # quantizer.py imports this module
     data = OrderedDict()
     for node in graph.nodes:
-        if "boundary_of" in node.attrs or node.name not in settings:  # not a layer of the float graph
+        if node.type in BOUNDARY_TYPES or node.name not in settings:
             continue
         entry = OrderedDict(layer_type=node.type)
         entry.update((k, v) for k, v in settings[node.name].as_dict().items() if k != "histc_bins")
