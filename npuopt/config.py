@@ -452,9 +452,10 @@ register_field("set_qinvariant_for_start_nodes", "", _layer_ids,
                "layer ids of Input/Constant layers whose values are kept as they are (scale 1, zero point 0: indices)",
                "comma-separated layer ids like 0 or 0,2")
 register_field("resize_degrade_to_nearest", "false", _bool, "Resize layers use the nearest method instead of their own", _B, per_layer=True)
-register_field("global_calibration", "none", _global_calibration,
-               "global calibration methods run on the whole graph with the calibration data (see README)",
-               "none, or methods like equalization & adaround[0,500] joined by &", unsupported=_global_calibration_unsupported)
+register_field("global_calibration", "auto", _global_calibration,
+               "global calibration methods run on the whole graph with the calibration data (see README); "
+               "auto: GPTQ where weights are per tensor or below 8 bits",
+               "auto, none, or methods like equalization & adaround[0,500] joined by &", unsupported=_global_calibration_unsupported)
 register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,
                "OPT's automatic 8/16-bit/float choice per layer: parsed, not implemented yet (batches 0: off)",
                "batches,threshold,L or G (like 1,0.02,L)", unsupported=_mixed_precision_unsupported)

@@ -257,8 +257,9 @@ class OptMaster:
         if self.original is None:  # the float model stays the reference of the metrics and similarity
             self.original = copy.deepcopy(self.graph)
         started = time.perf_counter()
+        has_data = bool(self.cfg.dataset and self.cfg.calibration_data)
         ran = run_stage(stage, self.cfg.global_calibration, Context(self.graph, self.calibration_batches,
-                                                                   self.device))
+                                                                   self.device, has_data))
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)

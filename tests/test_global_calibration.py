@@ -177,3 +177,37 @@ def test_bias_correction_lowers_the_per_tensor_error(tmp_path):
     read = read_graph(str(tmp_path / "small.txt")).node("conv2").get_constant("biases").betensor
     assert torch.equal(master.original.node("conv2").get_constant("biases").betensor, read)
     assert not torch.equal(master.graph.node("conv2").get_constant("biases").betensor, read)
+
+
+@pytest.mark.parametrize("fields, rounded", [
+    (dict(weight_bits="8", quantize_method_for_weight="per_tensor_symmetric_restricted_range"),
+     ["conv", "dw", "project", "fc"]),
+    (dict(weight_bits="8", quantize_method_for_weight="per_channel_symmetric_restricted_range & "
+                                                      "<{^fc$}:per_tensor_symmetric_restricted_range>"), ["fc"]),
+    (dict(weight_bits="8", quantize_method_for_weight="per_channel_symmetric_restricted_range"), []),
+    ({}, ["conv", "dw", "project", "fc"]),  # 4-bit per-channel weights
+])
+def test_the_default_runs_gptq_where_weights_are_per_tensor_or_below_8_bits(model, fields, rounded):
+    path, _ = model
+    master = run(path, "auto", **fields)
+    assert [n.name for n in master.graph.nodes if "planned_integers" in n.attrs] == rounded
+    assert master.report["global_calibration"] == ["auto"]
+
+
+def test_the_default_gptq_lowers_the_per_tensor_error(tmp_path):
+    unbalanced_model(tmp_path)
+    nearest = output_error(run(tmp_path, "none", **PER_TENSOR), tmp_path)
+    assert output_error(run(tmp_path, "auto", **PER_TENSOR), tmp_path) < 0.8 * nearest
+
+
+def test_the_default_without_calibration_data_keeps_nearest_rounding_and_says_so(tmp_path, caplog):
+    unbalanced_model(tmp_path)
+    stats = tmp_path / "small.statistics"
+    run(tmp_path, "none", statistic_file=str(stats), **PER_TENSOR)  # saves the statistics
+    nearest = run(tmp_path, "none", statistic_file=str(stats), **PER_TENSOR)
+    master = run(tmp_path, "auto", statistic_file=str(stats), calibration_data="", **PER_TENSOR)
+    assert "no calibration_data to run GPTQ on" in caplog.text
+    assert not any("planned_integers" in n.attrs for n in master.graph.nodes)
+    w = [n.get_constant("weights").betensor for n in master.qgraph.nodes if "weights" in n.constants]
+    assert all(torch.equal(a, b.get_constant("weights").betensor)
+               for a, b in zip(w, [n for n in nearest.qgraph.nodes if "weights" in n.constants]))

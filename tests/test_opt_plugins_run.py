@@ -119,6 +119,7 @@ def runs(ported, opt_root, tmp_path_factory):
         cfg = write_cfg(work / f"{kind}.cfg", graph=txt.name, bin=txt.with_suffix(".bin").name,
                         dataset="NumpyMultiInputDataset", calibration_data="data.npz", data="data.npz",
                         calibration_batch_size=8, metric_batch_size=8, output_dir=kind,
+                        global_calibration="none",  # OPT's quantize rounds to nearest, not to npuopt's plan
                         quantize_method_for_weight="per_tensor_symmetric_restricted_range & "
                                                    "<{^conv_pc}:per_channel_symmetric_restricted_range>")
         futures[kind] = start_npuopt("--cfg", cfg, cwd=work, plugin_path=folder)

@@ -1,7 +1,10 @@
 """Issue 13: the quantized IR is byte-identical whatever the thread count. Float sums
 over calibration data differ in their last bits with the thread count (oneDNN splits
 convolutions differently); calibrated ranges are widened to a grid those differences do
-not cross (npuopt.quant.strategies.outward_to_grid)."""
+not cross (npuopt.quant.strategies.outward_to_grid), and the global calibration
+methods run the float graph on one thread (the default's GPTQ rounded a weight the
+other way on two threads before)."""
+import json
 import math
 import os
 import subprocess
@@ -55,6 +58,8 @@ image_layout = NCHW
         run = subprocess.run([sys.executable, "-m", "npuopt", "--cfg", str(cfg), "--set",
                               f"output_dir={tmp_path / f'out{threads}'}"], env=env, capture_output=True, text=True)
         assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads((tmp_path / "out1" / "sq_report.json").read_text())
+    assert report["global_calibration"] == ["auto"]  # the default: GPTQ on the per-tensor weights
     for name in ("sq_o.txt", "sq_o.bin", "sq_opt_template.json"):
         assert (tmp_path / "out1" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes(), name
 

@@ -14,6 +14,7 @@ A method is a function registered under OPT's name with the stage it runs at:
 order given (OPT's syntax: ``name[params][scope]``). Methods live one per module in
 this package and register themselves with ``@global_calibration``.
 """
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional
@@ -54,25 +55,43 @@ class Context:
     """What a method may read and change: the float graph (after stage-1 passes), the
     per-layer settings (each node's attrs['qsettings'] while methods run), the
     calibration batches (`batches()` yields lists of graph inputs, read anew at each
-    call) and the device."""
+    call; `has_data` says whether the cfg gives any) and the device."""
     graph: object
     batches: Callable[[], Iterator[List[torch.Tensor]]]
     device: torch.device = torch.device("cpu")
-    scope: Optional[PerLayer] = None  # the running method's layers (OPT's [types], [(ids)], {regex})
+    has_data: bool = True
+    scope: Optional[Callable[[object], bool]] = None  # the running method's layers (OPT's [types], [(ids)], {regex})
 
     def progress(self, items, desc: str, total: int = None, unit: str = "layer") -> Iterator:
         return tqdm(items, desc=desc, total=total, unit=unit, leave=False)
 
     def in_scope(self, node) -> bool:
         """Whether the running method applies to `node` (every layer when its scope is not given)."""
-        return self.scope is None or bool(self.scope.get(node))
+        return self.scope is None or self.scope(node)
 
 
-def scope_of(text: str) -> Optional[PerLayer]:
-    """The layers `name[params][scope]` names, from the text after the name (None: all of
-    them): OPT's scopes are the per-layer keys of the cfg's `<key:value>` form."""
+@contextlib.contextmanager
+def one_thread():
+    """Run torch on one thread inside: a float convolution's last bits depend on how
+    oneDNN splits it over threads, and a method's roundings follow from those bits, so
+    float forwards whose results a method decides from run here; the quantized IR then
+    stays byte-identical whatever the thread count (issue 13)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def scope_of(text: str) -> Optional[Callable[[object], bool]]:
+    """Whether a layer is one `name[params][scope]` names, from the text after the name
+    (None: all of them): OPT's scopes are the per-layer keys of the cfg's `<key:value>` form."""
     key = re.sub(r"^\[[^\]]*\]", "", text or "")
-    return parse_per_layer(f"false & <{key}:true>", lambda v: v == "true") if key else None
+    if not key:
+        return None
+    layers: PerLayer = parse_per_layer(f"false & <{key}:true>", lambda v: v == "true")
+    return lambda node: bool(layers.get(node))
 
 
 def methods_of(spec) -> List[tuple]:

@@ -30,6 +30,7 @@ from .. import tensors as QT
 from ..compare import dequantized
 from ..quantizer import build_quantized_graph, float_layers
 from ..settings import QuantMethod, settings_of
+from . import one_thread
 
 TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
 PATCH_BUDGET = 1 << 24   # patch values one Gram product reads at once (64 MB in float32)
@@ -60,10 +61,12 @@ def read_params(method: str, values: List[float], spec) -> dict:
 class Stream:
     """A graph run layer by layer over every calibration batch at once, each live tensor
     kept as one value per batch: a layer's inputs on the whole set are at hand before it
-    runs, and a change to the layer reaches every layer after it."""
+    runs, and a change to the layer reaches every layer after it. A float graph runs on
+    one thread (`one_thread`); a quantized one computes exact integers on any number."""
 
-    def __init__(self, graph, data: List[List[torch.Tensor]]):
+    def __init__(self, graph, data: List[List[torch.Tensor]], one_thread: bool):
         self.graph = graph
+        self.one_thread = one_thread
         if not graph.keeps_samples_apart():
             data = [[x[i:i + 1] for x in b] for b in data for i in range(b[0].shape[0])]
         self.batches = len(data)
@@ -87,7 +90,7 @@ class Stream:
 
     def _run(self, node) -> None:
         outputs = [[] for _ in node.outputs]
-        with torch.no_grad():
+        with torch.no_grad(), (one_thread() if self.one_thread else contextlib.nullcontext()):
             for b in range(self.batches):
                 for t in list(node.inputs) + list(node.outputs):
                     if t.name in self.values:  # an Input layer's output is the fed value
@@ -330,6 +333,12 @@ def _factor(h: torch.Tensor) -> torch.Tensor:
 
 
 # ---- the layers in order ------------------------------------------------------------
+def rounded_layers(ctx) -> list:
+    """The layers in scope whose weights a rounding method chooses, in graph order."""
+    return [n for n in ctx.graph.nodes if n.type in TYPES and "weights" in n.constants and ctx.in_scope(n)
+            and not settings_of(n).trigger_float_op]
+
+
 class LayerData:
     """The calibration batches a method uses, and the layers' problems in topological
     order, each with its input in the quantized graph as the roundings chosen before it
@@ -351,10 +360,6 @@ class LayerData:
         the whole set, one per batch OPT would have taken."""
         return epochs * math.ceil(self.samples / (batch_size or self.samples))
 
-    def layers(self) -> list:
-        ctx = self.ctx
-        return [n for n in ctx.graph.nodes if n.type in TYPES and "weights" in n.constants and ctx.in_scope(n)
-                and not settings_of(n).trigger_float_op]
 
     def problems(self, desc: str, free_bias: bool, damp: float, choose_range: bool) -> Iterator[Problem]:
         """Each layer's Problem (its grid's range chosen first with `choose_range`:
@@ -363,9 +368,9 @@ class LayerData:
         it run."""
         ctx = self.ctx
         qgraph = quantized_copy(ctx.graph, ctx.device)
-        streams = Stream(ctx.graph, self.data), Stream(qgraph, self.data)
+        streams = Stream(ctx.graph, self.data, one_thread=True), Stream(qgraph, self.data, one_thread=False)
         try:
-            for node in ctx.progress(self.layers(), desc):
+            for node in ctx.progress(rounded_layers(ctx), desc):
                 fnode, qnode = (s.until(node.name) for s in streams)
                 if qnode is None or not qnode.quantized:
                     continue

@@ -16,7 +16,7 @@ from ...logger import OPT_INFO
 from ...registry import OpType
 from .. import tensors as QT
 from ..settings import settings_of
-from . import global_calibration
+from . import global_calibration, one_thread
 
 TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
 
@@ -68,7 +68,8 @@ def bias_correction(ctx, params) -> None:
             counts[node.name] = counts.get(node.name, 0) + y.shape[0]
 
     for inputs in ctx.progress(ctx.batches(), "bias correction", unit="batch"):
-        ctx.graph.forward(inputs, after_node=measure)
+        with one_thread():
+            ctx.graph.forward(inputs, after_node=measure)
     largest = 0.0
     for node in ctx.graph.nodes:
         if node.name in sums:
