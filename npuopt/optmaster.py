@@ -252,9 +252,11 @@ class OptMaster:
         """Run the cfg's global_calibration methods of `stage` on the float graph (each
         layer's settings in its attrs['qsettings'])."""
         from .quant.global_calibration import Context, methods_of, run_stage
-        if not any(m.stage == stage for m, _, _ in methods_of(self.cfg.global_calibration)):
+        methods = [m for m, _, _ in methods_of(self.cfg.global_calibration) if m.stage == stage]
+        if not methods:
             return
-        if self.original is None:  # the float model stays the reference of the metrics and similarity
+        if self.original is None and any(m.edits_float for m in methods):
+            # the float model as read stays the reference of the metrics and similarity
             self.original = copy.deepcopy(self.graph)
         started = time.perf_counter()
         has_data = bool(self.cfg.dataset and self.cfg.calibration_data)

@@ -34,18 +34,21 @@ class Method:
     stage: str
     run: Callable
     doc: str
+    edits_float: bool  # whether it changes the float graph (not only the plan): the metrics then need a copy
 
 
 METHODS: Dict[str, Method] = {}
 
 
-def global_calibration(name: str, stage: str):
-    """Register a global calibration method `fn(ctx, params)` under `name`."""
+def global_calibration(name: str, stage: str, edits_float: bool = True):
+    """Register a global calibration method `fn(ctx, params)` under `name`;
+    `edits_float=False` says it only plans (roundings, ranges) and leaves the float
+    graph's weights and biases as they are."""
     if stage not in STAGES:
         raise ValueError(f"global calibration '{name}': stage must be one of {STAGES}")
 
     def wrap(fn):
-        METHODS[name.lower()] = Method(name.lower(), stage, fn, (fn.__doc__ or "").strip().split("\n")[0])
+        METHODS[name.lower()] = Method(name.lower(), stage, fn, (fn.__doc__ or "").strip().split("\n")[0], edits_float)
         return fn
     return wrap
 

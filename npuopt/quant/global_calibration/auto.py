@@ -27,7 +27,7 @@ def coarse(node) -> bool:
     return not QuantMethod.parse(st.quantize_method_for_weight).per_channel or st.weight_bits < 8
 
 
-@global_calibration("auto", "after_calibration")
+@global_calibration("auto", "after_calibration", edits_float=False)
 def auto(ctx, params) -> None:
     """npuopt's default: gptq_zy on the layers whose weights are per tensor or below 8 bits."""
     if params:

@@ -53,7 +53,7 @@ def _rows(v):
     return v[..., 0] if isinstance(v, torch.Tensor) else v
 
 
-@global_calibration("gptq_zy", "after_calibration")
+@global_calibration("gptq_zy", "after_calibration", edits_float=False)
 def gptq_zy(ctx, params):
     """GPTQ: column-by-column rounding of Convolution/DepthwiseConv/FullyConnected weights with error feedback."""
     p = read_params("gptq_zy", params, PARAMS)
