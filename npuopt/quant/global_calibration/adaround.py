@@ -6,8 +6,11 @@ the errors before it). A regularizer with an annealed exponent beta pushes every
 to 0 or 1, so that the soft weights the error is learned on end up on the grid.
 Then the biases are set to those that minimize the error for the rounded weights (a
 least-squares solution; OPT's adaround keeps the float biases): on EfficientNet-Lite0
-with 4-bit weights top-1 0.800 without, 0.832 with it. The grid's range stays the
-calibrated one (choosing it as AdaQuant does gave 0.230 there).
+with 4-bit weights top-1 0.800 without, 0.832 with it. Before learning, the grid's
+range is chosen as for AdaQuant (Problem.choose_range), and the learning rate is ten
+times OPT's: the output's mean squared error against the float model's there fell
+from 0.172 to 0.132 with the range and to 0.098 with both (top-1 stayed within
+0.826-0.836, which 500 images cannot tell apart).
 
 OPT's params: adaround[batches, epochs, batch_size, lr, reg_param, beta_start,
 beta_end, warm_start]. Each step of npuopt's learning sees every patch of the
@@ -25,7 +28,7 @@ PARAMS = [  # name, default, minimum, integer
     ("batches", 0, 0, True),        # calibration batches used (0: all of them)
     ("epochs", 500, 1, True),
     ("batch_size", 0, 0, True),     # samples per step in OPT (0: all): sets the step count only
-    ("lr", 1e-3, 0, False),         # Adam's learning rate of V
+    ("lr", 1e-2, 0, False),         # Adam's learning rate of V (OPT: 0.001)
     ("reg_param", 0.01, 0, False),  # weight of the rounding regularizer
     ("beta_start", 20, 0, False),   # its exponent, annealed from beta_start to beta_end
     ("beta_end", 2, 0, False),
@@ -68,6 +71,6 @@ def adaround(ctx, params):
     p = read_params("adaround", params, PARAMS)
     data = LayerData(ctx, p["batches"])
     steps = data.steps(p["epochs"], p["batch_size"])
-    for problem in data.problems("adaround", free_bias=True, damp=DAMP, choose_range=False):
+    for problem in data.problems("adaround", free_bias=True, damp=DAMP, choose_range=True):
         q = learn_rounding(problem, steps, p["lr"], p["reg_param"], p["beta_start"], p["beta_end"], p["warm_start"])
         problem.plan_with_best_biases(q)
