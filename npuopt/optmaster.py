@@ -241,12 +241,15 @@ class OptMaster:
         """The calibration set again, batch by batch, as graph inputs (for the methods
         that need data; a statistic_file alone cannot feed them)."""
         cfg = self.cfg
-        if not (cfg.dataset and cfg.calibration_data):
+        if not self.has_calibration_data():
             raise ConfigError("field 'global_calibration': its methods need 'dataset' and 'calibration_data'")
         dataset = make_dataset(cfg.dataset, cfg.calibration_data)
         for b in batches(dataset, cfg.dataset, self.batch_size(cfg.calibration_batch_size), cfg.dataloader_workers,
                          collate_fn=collate_of(dataset)):
             yield self.graph_inputs(self.split(b)[0])
+
+    def has_calibration_data(self) -> bool:
+        return bool(self.cfg.dataset and self.cfg.calibration_data)
 
     def global_calibration(self, stage: str) -> None:
         """Run the cfg's global_calibration methods of `stage` on the float graph (each
@@ -259,9 +262,8 @@ class OptMaster:
             # the float model as read stays the reference of the metrics and similarity
             self.original = copy.deepcopy(self.graph)
         started = time.perf_counter()
-        has_data = bool(self.cfg.dataset and self.cfg.calibration_data)
         ran = run_stage(stage, self.cfg.global_calibration, Context(self.graph, self.calibration_batches,
-                                                                   self.device, has_data))
+                                                                   self.device, self.has_calibration_data()))
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)
