@@ -19,10 +19,13 @@ also feeds the residual Add; OPT's smooth_quant_zy scales such a norm anyway, wh
 changes the residual, and npuopt leaves it alone (the float function is kept).
 
 OPT's params: smooth_quant_zy[default_alpha, auto_tune, alpha_min, alpha_max, nsteps,
-insert_norm_if_none]; npuopt runs default_alpha; auto_tune (OPT: search alpha in
-[alpha_min, alpha_max] for the best quantized SQNR) and insert_norm_if_none (OPT:
-insert a BatchNorm before a FullyConnected without a norm) are not implemented and
-stop with one line."""
+insert_norm_if_none]. With auto_tune, each norm gets the alpha of nsteps in
+[alpha_min, alpha_max] whose FullyConnected outputs are nearest the float ones on
+SAMPLE_ROWS rows of the norm's output, with the layers' weight grids and an
+activation grid over those rows' range (OPT measures the SQNR of a quantized copy of
+the subgraph; the least squared error is the same choice). insert_norm_if_none (OPT:
+insert a BatchNorm before a FullyConnected without a norm) is not implemented and
+stops with one line."""
 from typing import Dict, List, Tuple
 
 import torch
@@ -30,6 +33,9 @@ import torch
 from ...errors import ConfigError
 from ...logger import OPT_INFO
 from ...registry import OpType
+from .. import qmath
+from .. import tensors as QT
+from ..settings import QuantMethod, settings_of
 from . import global_calibration, one_thread
 from ._layers import read_params
 
@@ -41,6 +47,7 @@ PARAMS = [  # name, default, minimum, integer
     ("nsteps", 10, 1, True),
     ("insert_norm_if_none", 0, 0, True),
 ]
+SAMPLE_ROWS = 4096  # rows of a norm's output auto_tune measures each alpha on (the first ones)
 NORMS = (OpType.LayerNorm, OpType.RMSNorm, OpType.BatchNorm, OpType.GroupNorm, OpType.InstanceNorm)
 
 
@@ -94,29 +101,63 @@ def _keeps_last_axis(node, channels: int) -> bool:
     return False
 
 
-def channel_maxima(ctx, names) -> Dict[str, torch.Tensor]:
-    """max |X_j| of each named norm's output over the calibration set, float64 [channels]."""
+def channel_statistics(ctx, names) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
+    """(max |X_j| of each named norm's output over the calibration set, float64
+    [channels]; its first SAMPLE_ROWS rows, float32 [rows, channels])."""
     nodes = {ctx.graph.node(n).outputs[0].name: n for n in names}
-    maxima = {}
+    maxima, rows = {}, {}
 
     def gather(node):
         for t in node.outputs:
             if t.name in nodes:
-                m = t.betensor.detach().abs().reshape(-1, t.betensor.shape[-1]).amax(0).double().cpu()
-                maxima[nodes[t.name]] = torch.maximum(maxima.get(nodes[t.name], m), m)
+                name, x = nodes[t.name], t.betensor.detach().reshape(-1, t.betensor.shape[-1]).float().cpu()
+                m = x.abs().amax(0).double()
+                maxima[name] = torch.maximum(maxima.get(name, m), m)
+                kept = rows.get(name, x[:0])
+                rows[name] = torch.cat([kept, x[:SAMPLE_ROWS - len(kept)]])
 
     with torch.no_grad(), one_thread():
         for batch in ctx.progress(ctx.batches(), "smooth_quant_zy: channel ranges", unit="batch"):
             ctx.graph.forward([x.to(ctx.device) for x in batch], after_node=gather)
-    return maxima
+    return maxima, rows
 
 
-def smooth(norm, fcs, x_max: torch.Tensor, alpha: float) -> None:
-    """Divide the norm's channel j by s_j and multiply the FullyConnected columns j by it."""
+def scales(fcs, x_max: torch.Tensor, alpha: float) -> torch.Tensor:
+    """s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) over the FullyConnected layers' columns j
+    (1 where that is not a positive number)."""
     w_max = torch.stack([fc.get_constant("weights").betensor.detach().abs().double().cpu()
                          .reshape(-1, x_max.numel()).amax(0) for fc in fcs]).amax(0)
     s = x_max.pow(alpha) / w_max.pow(1 - alpha)
-    s = torch.where(torch.isfinite(s) & (s > 0), s, torch.ones_like(s))
+    return torch.where(torch.isfinite(s) & (s > 0), s, torch.ones_like(s))
+
+
+def quantized_error(norm, fcs, x: torch.Tensor, s: torch.Tensor) -> float:
+    """Squared error of the FullyConnected outputs on rows x when X / s and W s are
+    rounded to their grids (the norm's activation settings over the rows' range; each
+    layer's weight settings), against the float outputs."""
+    st = settings_of(norm)
+    method = QuantMethod.parse(st.quantize_method_for_activation)
+    xs = x.double() / s
+    lo, hi = min(float(xs.min()), 0.0), max(float(xs.max()), 0.0)
+    scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.activation_bits, method.symmetric,
+                                                      method.full_range, lo < 0)
+    xq = qmath.dequantize(qmath.quantize(xs.float(), scale, zp, qmin, qmax), scale, zp).double()
+    error = 0.0
+    for fc in fcs:
+        c = fc.get_constant("weights")
+        w = c.betensor.detach().double().cpu()
+        kept, c.betensor = c.betensor, (w * s).to(c.betensor.dtype)
+        try:
+            grid = QT.weight_grid(fc, "weights")
+            wq = grid.dequantize(grid.quantize(c.betensor.detach().float().cpu())).double()
+        finally:
+            c.betensor = kept
+        error += float(((xq @ wq.T - x.double() @ w.T) ** 2).sum())
+    return error
+
+
+def smooth(norm, fcs, s: torch.Tensor) -> None:
+    """Divide the norm's channel j by s_j and multiply the FullyConnected columns j by it."""
     for key in ("weights", "biases"):
         if key in norm.constants:
             c = norm.constants[key]
@@ -133,17 +174,28 @@ def smooth_quant_zy(ctx, params) -> None:
     if p["default_alpha"] > 1:
         raise ConfigError(f"field 'global_calibration': smooth_quant_zy's default_alpha must lie in [0, 1], "
                           f"got {p['default_alpha']:g}")
-    for name in ("auto_tune", "insert_norm_if_none"):
-        if p[name]:
-            raise ConfigError(f"field 'global_calibration': smooth_quant_zy's {name} is not implemented in npuopt "
-                              f"(leave it 0; npuopt runs default_alpha)")
+    if p["insert_norm_if_none"]:
+        raise ConfigError("field 'global_calibration': smooth_quant_zy's insert_norm_if_none is not implemented in "
+                          "npuopt (leave it 0)")
+    if p["auto_tune"] and not p["alpha_min"] <= p["alpha_max"] <= 1:
+        raise ConfigError(f"field 'global_calibration': smooth_quant_zy's alpha_min and alpha_max must satisfy "
+                          f"0 <= alpha_min <= alpha_max <= 1, got {p['alpha_min']:g} and {p['alpha_max']:g}")
     found, left = smoothable(ctx)
     if found and not ctx.has_data:
         raise ConfigError("field 'global_calibration': smooth_quant_zy needs calibration_data (it measures the "
                           "norms' output channels)")
-    maxima = channel_maxima(ctx, list(found)) if found else {}
+    maxima, rows = channel_statistics(ctx, list(found)) if found else ({}, {})
+    alphas = torch.linspace(p["alpha_min"], p["alpha_max"], p["nsteps"]).tolist() if p["auto_tune"] \
+        else [p["default_alpha"]]
+    chosen = []
     for name, fcs in found.items():
-        smooth(ctx.graph.node(name), fcs, maxima[name], p["default_alpha"])
+        norm = ctx.graph.node(name)
+        candidates = [scales(fcs, maxima[name], a) for a in alphas]
+        with one_thread():  # the choice must not follow the last bits of a threaded sum
+            best = min(range(len(alphas)), key=lambda i: quantized_error(norm, fcs, rows[name], candidates[i])) \
+                if len(alphas) > 1 else 0
+        smooth(norm, fcs, candidates[best])
+        chosen.append(f"{alphas[best]:.3g}")
     said = f"; {len(left)} left alone, their output read by other layers too (e.g. '{left[0]}')" if left else ""
     OPT_INFO(f"smooth_quant_zy: {len(found)} norm layers smoothed into {sum(len(f) for f in found.values())} "
-             f"FullyConnected layers (alpha {p['default_alpha']:g}){said}")
+             f"FullyConnected layers (alpha {', '.join(chosen) or p['default_alpha']}){said}")
