@@ -204,8 +204,8 @@ def first_difference(graph, opt: OptResult) -> str:
     return "no layer's output differs from OPT's"
 
 
-# OPT's MatMul sums its products in float32: with 16-bit operands the sums pass 2^24 and
-# round, where npuopt (and the NPU) sum exact integers
+# OPT's MatMul and ConvTranspose sum their products in float32: with 16-bit operands the
+# sums pass 2^24 and round, where npuopt (and the NPU) sum exact integers
 FLOAT32_SUMS = ("OPT sums 16-bit MatMul and ConvTranspose products in float32 (inexact above 2^24); npuopt "
                 "computes the exact integer sums (docs/integer-semantics.md, MatMul and ConvTranspose)")
 FLOAT32_SUM_TYPES = ("(MatMul) tensor", "(ConvTranspose) tensor")
