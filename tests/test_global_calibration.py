@@ -17,6 +17,8 @@ from npuopt.plugins import load_plugins
 from npuopt.quant.global_calibration import _layers
 from npuopt.quant.compare import dequantized
 
+from conftest import write_cfg
+
 
 def small_model(path):
     """Conv 3x3 (RELU6) -> DepthwiseConv 3x3 (RELU6) -> Conv 1x1 -> FullyConnected."""
@@ -45,9 +47,7 @@ def run(path, method, **fields):
              "dataset": "NumpyDataset", "calibration_data": "data.npy", "calibration_batch_size": "16",
              "weight_bits": "4", "quantize_method_for_weight": "per_channel_symmetric_restricted_range",
              "quantize_method_for_activation": "per_tensor_asymmetric", "global_calibration": method, **fields}
-    cfg = path / f"{method.split('[')[0]}.cfg"
-    cfg.write_text("[Common]\n" + "".join(f"{k} = {v}\n" for k, v in lines.items()))
-    master = OptMaster(load_config(str(cfg)))
+    master = OptMaster(load_config(str(write_cfg(path / f"{method.split('[')[0]}.cfg", **lines))))
     master.run()
     return master
 

@@ -15,6 +15,8 @@ from npuopt.optmaster import OptMaster
 from npuopt.plugins import load_plugins
 from npuopt.quant.compare import dequantized
 
+from conftest import write_cfg
+
 TOKENS, CHANNELS, HIDDEN = 16, 32, 48
 OUTLIERS = [3, 17]
 
@@ -50,9 +52,7 @@ def run(path, method):
              "calibration_data": "data.npy", "calibration_batch_size": "8",
              "quantize_method_for_weight": "per_channel_symmetric_restricted_range",
              "global_calibration": method}
-    cfg = path / f"{name}.cfg"
-    cfg.write_text("[Common]\n" + "".join(f"{k} = {v}\n" for k, v in lines.items()))
-    master = OptMaster(load_config(str(cfg)))
+    master = OptMaster(load_config(str(write_cfg(path / f"{name}.cfg", **lines))))
     master.run()
     return master
 
