@@ -181,9 +181,6 @@ def smooth_quant_zy(ctx, params) -> None:
         raise ConfigError(f"field 'global_calibration': smooth_quant_zy's alpha_min and alpha_max must satisfy "
                           f"0 <= alpha_min <= alpha_max <= 1, got {p['alpha_min']:g} and {p['alpha_max']:g}")
     found, left = smoothable(ctx)
-    if found and not ctx.has_data:
-        raise ConfigError("field 'global_calibration': smooth_quant_zy needs calibration_data (it measures the "
-                          "norms' output channels)")
     maxima, rows = channel_statistics(ctx, list(found)) if found else ({}, {})
     alphas = torch.linspace(p["alpha_min"], p["alpha_max"], p["nsteps"]).tolist() if p["auto_tune"] \
         else [p["default_alpha"]]
