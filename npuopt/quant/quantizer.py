@@ -1,6 +1,7 @@
 """The mixed-precision quantized graph: which layers stay in float, the
 Quantize/DeQuantize layers at their boundaries, and each layer's quantize."""
 import copy
+from collections import deque
 from typing import Dict, Set
 
 from ..dtype import Dtype
@@ -29,23 +30,63 @@ def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
 
 def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_float: Set[str]):
     """A quantized copy of `float_graph`; layers in `keep_float` (and layers that
-    turn out Unsupported) stay in float behind DeQuantize/Quantize layers."""
+    turn out Unsupported) stay in float behind DeQuantize/Quantize layers.
+
+    A layer found Unsupported is made float alone (`_keep_in_float`): the layers
+    before it stay as quantized, the ones after it are quantized seeing it float.
+    Only when its quantize function changed its inputs' quantization (which the
+    layers before it were quantized with) does the build start again on a copy."""
     keep_float = set(keep_float)
-    while True:
-        graph = copy.deepcopy(float_graph)
-        _insert_boundaries(graph, keep_float, settings)
+    graph = copy.deepcopy(float_graph)
+    _insert_boundaries(graph, keep_float, settings)
+    done: Set[str] = set()
+    pending = deque(graph.nodes)
+    while pending:
+        node = pending.popleft()
+        done.add(node.name)
+        if node.name in keep_float or node.type == OpType.DeQuantize:
+            continue
+        node.attrs["qsettings"] = settings.get(node.name) or settings[node.attrs["boundary_of"]]
+        inputs_before = [_quantization(t) for t in node.inputs]
         try:
-            for node in graph.nodes:
-                if node.name in keep_float or node.type == OpType.DeQuantize:
-                    continue
-                node.attrs["qsettings"] = settings.get(node.name) or settings[node.attrs["boundary_of"]]
-                node.quantize()
-                node.quantized = True
-            mark_unquantifiable(graph)
-            return graph, keep_float
+            node.quantize()
+            node.quantized = True
         except Unsupported as e:
             OPT_WARN(f"{e}; kept in float (mixed precision)")
             keep_float.add(node.name)
+            float_node = float_graph.node(node.name)
+            if float_node is None or inputs_before != [_quantization(t) for t in node.inputs]:
+                return build_quantized_graph(float_graph, settings, keep_float)
+            _keep_in_float(graph, node, float_node, keep_float, settings)
+            pending = deque(n for n in graph.nodes if n.name not in done)
+    mark_unquantifiable(graph)
+    return graph, keep_float
+
+
+def _quantization(t: PyTensor) -> tuple:
+    return tuple(repr(getattr(t, key)) for key in ("scale", "zerop", "qbits", "qmin", "qmax", "dtype", "qinvariant"))
+
+
+def _keep_in_float(graph, node, float_node, keep_float: Set[str], settings) -> None:
+    """Put the float layer back in place of `node`, whose quantize gave up part way
+    (its constants, params and outputs may be half quantized), and set the boundaries
+    around it: the Quantize layers it read through and the DeQuantize layers that read
+    it are no longer needed, new ones go where it meets quantized layers."""
+    keep = {id(t): q for t, q in zip(float_node.inputs, node.inputs)}  # shared with the layers before it
+    fresh = copy.deepcopy(float_node, keep)
+    graph.nodes[graph.nodes.index(node)] = fresh
+    producer = {t.name: n for n in graph.nodes for t in n.outputs}
+    fresh.inputs = [producer[t.name].inputs[0] if producer[t.name].type == OpType.Quantize else t
+                    for t in fresh.inputs]
+    own = {t.name: t for t in fresh.outputs}
+    bypass = {n.outputs[0].name: own[n.inputs[0].name] for n in graph.nodes
+              if n.type == OpType.DeQuantize and n.inputs[0].name in own}
+    for n in graph.nodes:
+        n.inputs = [bypass.get(t.name, t) for t in n.inputs]
+    read = {t.name for n in graph.nodes for t in n.inputs} | {t.name for t in graph.output_tensors}
+    graph.nodes = [n for n in graph.nodes if n.type not in BOUNDARY_TYPES or n.outputs[0].name in read]
+    graph.relink()
+    _insert_boundaries(graph, keep_float, settings)
 
 
 def mark_unquantifiable(graph) -> None:
@@ -56,14 +97,17 @@ def mark_unquantifiable(graph) -> None:
 
 
 def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
+    """A DeQuantize layer where a float layer reads a quantized tensor, a Quantize
+    layer where a quantized layer reads a float one (boundary layers already in
+    place count as float on their float side)."""
     producer = {t.name: n for n in graph.nodes for t in n.outputs}
     made: Dict[tuple, PyTensor] = {}
     new_nodes = []
     for node in list(graph.nodes):
-        is_float = node.name in keep_float
+        is_float = node.name in keep_float or node.type == OpType.Quantize
         for i, t in enumerate(node.inputs):
             src = producer[t.name]
-            if t.qinvariant or (src.name in keep_float) == is_float:
+            if t.qinvariant or (src.name in keep_float or src.type == OpType.DeQuantize) == is_float:
                 continue
             kind = OpType.DeQuantize if is_float else OpType.Quantize
             key = (kind, t.name)
