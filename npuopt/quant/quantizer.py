@@ -4,6 +4,8 @@ import copy
 from collections import deque
 from typing import Dict, Set
 
+import torch
+
 from ..dtype import Dtype
 from ..logger import OPT_WARN
 from ..node import PyNode
@@ -64,7 +66,9 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
 
 
 def _quantization(t: PyTensor) -> tuple:
-    return tuple(repr(getattr(t, key)) for key in ("scale", "zerop", "qbits", "qmin", "qmax", "dtype", "qinvariant"))
+    """t's quantization, to tell whether a quantize function changed it."""
+    values = (getattr(t, key) for key in ("scale", "zerop", "qbits", "qmin", "qmax", "dtype", "qinvariant", "key_axis"))
+    return tuple(v.tolist() if isinstance(v, torch.Tensor) else v for v in values)
 
 
 def _keep_in_float(graph, node, float_node, keep_float: Set[str], settings) -> None:
