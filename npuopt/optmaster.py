@@ -284,6 +284,7 @@ class OptMaster:
             node.attrs["qsettings"] = self.settings[node.name]
 
     def quantize(self) -> None:
+        from .quant.plan_report import quantization_rows
         from .quant.quantizer import build_quantized_graph, float_layers
         cfg = self.cfg
         self.global_calibration("after_calibration")
@@ -304,6 +305,7 @@ class OptMaster:
         self.report["quantized_ir"] = txt
         self.report["opt_template"] = template
         self.report["float_layers"] = sorted(keep)
+        self.report["layers"] = quantization_rows(self.qgraph, self.graph)
 
     # ---- step 10 ---------------------------------------------------------------
     def evaluate(self) -> None:

@@ -98,6 +98,9 @@ def test_a_scope_limits_the_layers(model):
     path, _ = model
     master = run(path, "adaround[0,20][fullyconnected]")
     assert [n.name for n in master.graph.nodes if "planned_integers" in n.attrs] == ["fc"]
+    # the report's per-layer plan says which layers the method decided for
+    assert {r["layer"]: r.get("planned") for r in master.report["layers"] if r.get("planned")} == \
+        {"fc": ["range of 'weights'", "rounding of 'weights'"]}
 
 
 def test_patches_reproduce_the_layer(model):

@@ -64,6 +64,14 @@ def test_end_to_end(tmp_path):
     assert sims and sims == sorted(sims, key=lambda r: r["cosine"]) and sims[0]["cosine"] > 0.98
     template = json.loads((out / "tiny_cnn_opt_template.json").read_text())
     assert set(template) == {n.name for n in master.qgraph.nodes}
+    layers = {r["layer"]: r for r in saved["layers"]}  # the per-layer plan
+    assert list(layers) == [n.name for n in master.qgraph.nodes]
+    conv1, t = layers["conv1"], master.qgraph.node("conv1").outputs[0]
+    grid = conv1["outputs"][t.name]
+    assert conv1["quantized"] and grid["dtype"] == str(t.dtype) and grid["scale"] == pytest.approx(float(t.scale))
+    lo, hi = grid["range"]
+    assert lo <= 0 <= hi and (hi - lo) * grid["scale"] == pytest.approx(t.qmax - t.qmin)
+    assert conv1["weights"]["dtype"] == "int8" and "planned" not in conv1
     assert template["conv1"]["weight_bits"] == 8 and template["conv1"]["layer_type"] == "Convolution"
     # the written IR reloads into the same integers
     back = read_graph(str(out / "tiny_cnn_o.txt"))

@@ -1,0 +1,43 @@
+"""The report's per-layer view of what quantization decided: each layer's output
+grids (dtype, scale, zero point and the real range they cover) and its weights'
+grid, with what a global calibration method planned for them (a chosen range, a
+chosen rounding), so that a user sees the plan beside the per-layer similarity."""
+from typing import List
+
+import torch
+
+
+def _number_or_span(v, kind=float):
+    """A number, or [min, max] of a per-channel tensor (the report stays readable)."""
+    if isinstance(v, torch.Tensor):
+        v = v.detach().to(torch.float64).reshape(-1)
+        return kind(v[0]) if v.numel() == 1 else [kind(v.min()), kind(v.max())]
+    return kind(v)
+
+
+def _grid(t) -> dict:
+    row = {"dtype": str(t.dtype), "scale": _number_or_span(t.scale), "zerop": _number_or_span(t.zerop, int)}
+    if t.qinvariant:
+        row["qinvariant"] = True
+    elif t.is_quantized and not t.is_per_channel:
+        row["range"] = [(t.qmin + float(t.zerop)) / float(t.scale), (t.qmax + float(t.zerop)) / float(t.scale)]
+    return row
+
+
+def quantization_rows(qgraph, float_graph) -> List[dict]:
+    """One row per layer of the quantized graph, in graph order."""
+    planned = {n.name: [f"{what} of '{key}'" for what, attr in (("range", "planned_ranges"),
+                                                                 ("rounding", "planned_integers"))
+                        for key in n.attrs.get(attr, {})] for n in float_graph.nodes}
+    rows = []
+    for node in qgraph.nodes:
+        row = {"layer": node.name, "type": node.type, "quantized": bool(node.quantized)}
+        if node.quantized:
+            row["outputs"] = {t.name: _grid(t) for t in node.outputs}
+            weights = node.constants.get("weights")
+            if weights is not None and weights.is_quantized:
+                row["weights"] = _grid(weights)
+        if planned.get(node.name):
+            row["planned"] = planned[node.name]
+        rows.append(row)
+    return rows
