@@ -35,6 +35,14 @@ def model():
     return g, data
 
 
+def graph_copies(monkeypatch) -> list:
+    """The type names of what quantizer deep-copies from now on."""
+    copies = []
+    deepcopy = quantizer.copy.deepcopy
+    monkeypatch.setattr(quantizer.copy, "deepcopy", lambda x, *a: copies.append(type(x).__name__) or deepcopy(x, *a))
+    return copies
+
+
 def structure(g):
     return sorted((n.name, n.type, tuple(t.name for t in n.inputs), n.quantized) for n in g.nodes)
 
@@ -44,9 +52,7 @@ def test_unsupported_layer_is_kept_in_float_alone(asked, monkeypatch):
     g, data = model()
     settings = {n.name: QuantSettings(calibration_strategy_for_activation="extrema", trigger_float_op=n.name in asked)
                 for n in g.nodes}
-    copies = []
-    deepcopy = quantizer.copy.deepcopy
-    monkeypatch.setattr(quantizer.copy, "deepcopy", lambda x, *a: copies.append(type(x).__name__) or deepcopy(x, *a))
+    copies = graph_copies(monkeypatch)
     qg, kept = build_quantized_graph(g, dict(settings), float_layers(g, settings))
     assert kept == asked | {"fc2"}
     assert copies.count("QuantizeGraph") == 1  # no restart: only fc2 was made again from the float graph
@@ -81,13 +87,10 @@ def test_a_quantize_that_changed_its_inputs_restarts(monkeypatch):
         return real(node, *args)
     seen = set()
     monkeypatch.setattr(quantizer.PyNode, "quantize", quantize)
-    copies = []
-    deepcopy = quantizer.copy.deepcopy
-    monkeypatch.setattr(quantizer.copy, "deepcopy", lambda x, *a: copies.append(type(x).__name__) or deepcopy(x, *a))
+    copies = graph_copies(monkeypatch)
     qg, kept = build_quantized_graph(g, settings, set())
     assert kept == {"fc2"} and copies.count("QuantizeGraph") == 2
-    settings_ahead = {k: QuantSettings(calibration_strategy_for_activation="extrema", trigger_float_op=k == "fc2")
-                      for k in settings}
+    settings_ahead = {k: replace(v, trigger_float_op=k == "fc2") for k, v in settings.items()}
     want, _ = build_quantized_graph(g, settings_ahead, {"fc2"})
     x = list(data[-1])
     assert torch.equal(qg.forward(x)[0], want.forward(x)[0])

@@ -6,6 +6,8 @@ from typing import List
 
 import torch
 
+from . import qmath
+
 
 def _number_or_span(v, kind=float):
     """A number, or [min, max] of a per-channel tensor (the report stays readable)."""
@@ -20,7 +22,7 @@ def _grid(t) -> dict:
     if t.qinvariant:
         row["qinvariant"] = True
     elif t.is_quantized and not t.is_per_channel:
-        row["range"] = [(t.qmin + float(t.zerop)) / float(t.scale), (t.qmax + float(t.zerop)) / float(t.scale)]
+        row["range"] = qmath.dequantize(torch.tensor([t.qmin, t.qmax]), t.scale, t.zerop).tolist()
     return row
 
 
