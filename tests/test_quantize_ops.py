@@ -252,3 +252,30 @@ def test_quantized_outputs_are_integer_everywhere(tmp_path):
         assert node.quantized
         for t in node.outputs:
             assert t.betensor.dtype in INT_DTYPES, node.name
+
+
+@pytest.mark.parametrize("optype, shape, weights", [
+    ("Convolution", (6, 6, 4), torch.randn(8, 3, 3, 4)),
+    ("FullyConnected", (16,), torch.randn(8, 16)),
+])
+def test_new_integer_weights_are_used_even_where_a_freed_tensor_had_their_id(optype, shape, weights):
+    """The integer weights a layer derives and caches follow a new weights tensor, also
+    one that takes the id() of the freed old one (as when a global calibration method
+    quantizes a layer again)."""
+    params = dict(CONV) if optype == "Convolution" else dict(num_output=8)
+    g = one_layer(optype, [shape], params, {"weights": weights * 0.3, "biases": torch.randn(8) * 0.2})
+    qg = quantize(g, batches(shape))
+    node, x = qg.node("op"), list(batches(shape, n=1)[0])
+    before = qg.forward(x)[0].clone()
+    c = node.constants["weights"]
+    flipped = (-c.betensor.to(torch.int32)).to(c.betensor.dtype).clone()
+    ids = {id(c.betensor)}
+    c.betensor = None  # free the old tensor: CPython hands its slot to the next one
+    c.betensor = flipped.clone()
+    del flipped
+    ids.add(id(c.betensor))
+    after = qg.forward(x)[0].clone()
+    for key in [k for k in node.attrs if k.startswith("_")]:  # what the layer derives from its weights
+        del node.attrs[key]
+    assert torch.equal(after, qg.forward(x)[0]), f"the old integer weights ran (ids {ids})"
+    assert not torch.equal(after, before)

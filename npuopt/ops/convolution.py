@@ -32,14 +32,9 @@ def conv_params(node, x: torch.Tensor, weights: torch.Tensor, biases: torch.Tens
 
 def conv_plan(node, x_t):
     """qmath.ConvPlan of the stored integer weights (+ zero points), cached while they stay."""
-    w = node.get_constant("weights")
-    key = ("_conv_plan", id(w.betensor), w.betensor._version, QT.int_absmax(x_t), x_t.betensor.device.type)
-    plan = node.attrs.get("_conv_plan")
-    if plan is None or plan[0] != key:
-        wi = QT.integer_weights(w).permute(0, 3, 1, 2)
-        plan = (key, qmath.ConvPlan(wi, QT.int_absmax(x_t), x_t.betensor.device.type))
-        node.attrs["_conv_plan"] = plan
-    return plan[1]
+    absmax, device = QT.int_absmax(x_t), x_t.betensor.device.type
+    return QT.cached_by_weights(node, "_conv_plan", (absmax, device), lambda: qmath.ConvPlan(
+        QT.integer_weights(node.get_constant("weights")).permute(0, 3, 1, 2), absmax, device))
 
 
 def convolution_quantized(node):

@@ -31,14 +31,10 @@ def _check_features(node, x, weights):
 
 def _integer_weights(node, absmax: int):
     """(q_w + zp_w)ᵀ as float32 [in, out] and the accumulator bound, built once per stored weights."""
-    w = node.get_constant("weights")
-    key = (id(w.betensor), w.betensor._version, absmax)
-    cached = node.attrs.get("_fc_weights")
-    if cached is None or cached[0] != key:
-        wi = QT.integer_weights(w)
-        cached = (key, wi.t().to(torch.float32).contiguous(), qmath.l1_bound(wi, absmax))
-        node.attrs["_fc_weights"] = cached
-    return cached[1], cached[2]
+    def build():
+        wi = QT.integer_weights(node.get_constant("weights"))
+        return wi.t().to(torch.float32).contiguous(), qmath.l1_bound(wi, absmax)
+    return QT.cached_by_weights(node, "_fc_weights", (absmax,), build)
 
 
 def fully_connected_quantized(self):
