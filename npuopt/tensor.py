@@ -152,6 +152,20 @@ class PyTensor:
         return self._broadcast(self.zerop)
 
     # ---- the calibrated range, as the Compass Optimizer's plugins read it -------
+    @property
+    def planned_range(self) -> Optional[tuple]:
+        """(min, max) as set on the tensor (by a global calibration method or a plugin,
+        OPT's way of choosing an activation range), else None: quantization then takes
+        this range instead of the one from the statistics."""
+        if "min" not in self._range or "max" not in self._range:
+            return None
+        return (float(torch.as_tensor(self._range["min"]).min()), float(torch.as_tensor(self._range["max"]).max()))
+
+    @planned_range.setter
+    def planned_range(self, lo_hi: Optional[tuple]) -> None:
+        kept = {k: v for k, v in self._range.items() if k not in ("min", "max")}
+        self._range = kept if lo_hi is None else {**kept, "min": float(lo_hi[0]), "max": float(lo_hi[1])}
+
     def _calibrated(self, key: str):
         """min/max (per tensor) or min_key_axis/max_key_axis (along key_axis): what was
         set, else from the statistics with the producing layer's activation strategy
@@ -167,8 +181,8 @@ class PyTensor:
             stats = Statistics.of_constant(self.betensor.detach().float().cpu(), 2048,
                                            self.key_axis if per_channel else None)
         if self.pnode is not None and not per_channel and stats is self.statistics:
-            from .quant.tensors import calibrated_range
-            lo, hi = calibrated_range(self.pnode, self, symmetric=False)
+            from .quant.tensors import activation_range
+            lo, hi = activation_range(self.pnode, self, symmetric=False)
         else:
             lo, hi = stats.min, stats.max
         return lo if key.startswith("min") else hi

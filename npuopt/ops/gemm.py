@@ -108,7 +108,7 @@ def gemm_quantize(self, *args):
         raise QT.Unsupported(f"layer '{self.name}' ({self.type}): alpha = 0 has no integer form")
     if len(self.inputs) == 2 and alpha < 0:
         # the sign flips the output after its zero point: only a zero point of 0 survives it
-        lo, hi = QT.calibrated_range(self, out, True)
+        lo, hi = QT.activation_range(self, out, True)
         QT.quantize_activation(self, out, -max(-lo, hi), max(-lo, hi))
     else:
         QT.quantize_activation(self, out)

@@ -42,7 +42,7 @@ def symmetric_output(node, out_t) -> None:
     """Signed with zero point 0 under any activation method: n is clamped to the output
     dtype's range before the zero point is subtracted, so a shifted range would cut n."""
     st = settings_of(node)
-    lo, hi = QT.calibrated_range(node, out_t, True)
+    lo, hi = QT.activation_range(node, out_t, True)
     reach = max(-lo, hi)
     scale, _, qmin, qmax = qmath.linear_quant_params(-reach, reach, st.activation_bits, True, True, True)
     QT.set_quantization(out_t, scale, 0, qmin, qmax, st.activation_bits, True)

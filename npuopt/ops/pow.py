@@ -85,7 +85,7 @@ def pow_quantize(self, *args):
                              f"the tool chain's sign step needs an integer exponent, npuopt keeps it in float")
     st = settings_of(self)
     method = QuantMethod.parse(st.quantize_method_for_activation)
-    lo, hi = QT.calibrated_range(self, out, True)
+    lo, hi = QT.activation_range(self, out, True)
     scale, zp, qmin, qmax = qmath.linear_quant_params(min(lo, 0.0), max(hi, 0.0), st.activation_bits, True,
                                                       method.full_range, signed)
     QT.set_quantization(out, scale, zp, qmin, qmax, st.activation_bits, signed)

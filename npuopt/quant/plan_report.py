@@ -1,7 +1,8 @@
 """The report's per-layer view of what quantization decided: each layer's output
 grids (dtype, scale, zero point and the real range they cover) and its weights'
-grid, with what a global calibration method planned for them (a chosen range, a
-chosen rounding), so that a user sees the plan beside the per-layer similarity."""
+grid, with what a global calibration method planned for them (a chosen range of
+the weights or of an output, a chosen rounding), so that a user sees the plan
+beside the per-layer similarity."""
 from typing import List
 
 import torch
@@ -30,7 +31,9 @@ def quantization_rows(qgraph, float_graph) -> List[dict]:
     """One row per layer of the quantized graph, in graph order."""
     planned = {n.name: [f"{what} of '{key}'" for what, attr in (("range", "planned_ranges"),
                                                                  ("rounding", "planned_integers"))
-                        for key in n.attrs.get(attr, {})] for n in float_graph.nodes}
+                        for key in n.attrs.get(attr, {})]
+               + [f"range of output '{t.name}'" for t in n.outputs if t.planned_range is not None]
+               for n in float_graph.nodes}
     rows = []
     for node in qgraph.nodes:
         row = {"layer": node.name, "type": node.type, "quantized": bool(node.quantized)}

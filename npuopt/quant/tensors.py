@@ -21,9 +21,14 @@ class Unsupported(QuantizeError):
 
 
 # ---- activations ------------------------------------------------------------
-def calibrated_range(node, t: PyTensor, symmetric: bool):
-    """(lo, hi) of t from its statistics and the layer's strategy, widened to include 0
-    and to a grid that last-bit differences of float sums do not cross (outward_to_grid)."""
+def activation_range(node, t: PyTensor, symmetric: bool):
+    """(lo, hi) of activation t: the range planned for it (t.planned_range, set by a
+    global calibration method or a plugin), or the one from its statistics and the
+    layer's strategy, widened to include 0 and to a grid that last-bit differences of
+    float sums do not cross (outward_to_grid)."""
+    if t.planned_range is not None:
+        lo, hi = t.planned_range
+        return min(lo, 0.0), max(hi, 0.0)
     st = settings_of(node)
     stats: Optional[Statistics] = t.statistics
     if stats is None or stats.empty:
@@ -32,15 +37,22 @@ def calibrated_range(node, t: PyTensor, symmetric: bool):
     return outward_to_grid(min(lo, 0.0), max(hi, 0.0))
 
 
+def plan_activation_range(t: PyTensor, lo: Optional[float], hi: Optional[float]) -> None:
+    """A global calibration method's range for activation t (of the float graph), used
+    by activation_range instead of the calibrated one (lo None: back to that). Kept as
+    the tensor's min/max, where the Compass Optimizer's methods put it."""
+    t.planned_range = None if lo is None else (lo, hi)
+
+
 def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, signed: bool = None) -> None:
     """Decide t's quantization with the layer's activation settings, from [lo, hi] or
-    its calibrated range: signed when the range has negative values (or as asked)."""
+    its activation_range: signed when the range has negative values (or as asked)."""
     st = settings_of(node)
     method = QuantMethod.parse(st.quantize_method_for_activation)
     if method.per_channel:
         raise Unsupported(f"layer '{node.name}': per-channel activations are not supported")
     if lo is None:
-        lo, hi = calibrated_range(node, t, method.symmetric)
+        lo, hi = activation_range(node, t, method.symmetric)
     lo, hi = float(min(lo, 0.0)), float(max(hi, 0.0))
     if signed is None:
         signed = lo < 0
@@ -153,8 +165,12 @@ def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1, rng:
 
 def plan_weight_range(node, key: str, lo, hi) -> None:
     """A global calibration method's range for constant `key` (numbers, or tensors
-    along the grid's axis), used by weight_grid instead of the calibrated one."""
-    node.attrs.setdefault("planned_ranges", {})[key] = (lo, hi)
+    along the grid's axis), used by weight_grid instead of the calibrated one (lo
+    None: back to that)."""
+    if lo is None:
+        node.attrs.get("planned_ranges", {}).pop(key, None)
+    else:
+        node.attrs.setdefault("planned_ranges", {})[key] = (lo, hi)
 
 
 def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
