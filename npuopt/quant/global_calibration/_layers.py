@@ -88,7 +88,14 @@ class Stream:
     def inputs(self, node) -> List[torch.Tensor]:
         return self.values[node.inputs[0].name]
 
-    def _run(self, node) -> None:
+    def around(self, name: str) -> tuple:
+        """(inputs, outputs) of layer `name`, each a list per tensor of its values per
+        batch: the layers before it run, then it."""
+        node = self.until(name)
+        inputs = [self.values[t.name] for t in node.inputs]
+        return inputs, self._run(node)
+
+    def _run(self, node) -> List[List[torch.Tensor]]:
         outputs = [[] for _ in node.outputs]
         with torch.no_grad(), (one_thread() if self.one_thread else contextlib.nullcontext()):
             for b in range(self.batches):
@@ -105,6 +112,7 @@ class Stream:
             if self.last_use.get(t.name, -1) <= self.done:
                 self.values.pop(t.name, None)
         self.done += 1
+        return outputs
 
     def close(self) -> None:
         self.values.clear()
@@ -380,15 +388,16 @@ class LayerData:
                 if choose_range:
                     problem.choose_range()
                 yield problem
-                _requantize(qnode, node)
+                quantize_again(qnode, node)
         finally:
             for s in streams:
                 s.close()
 
 
-def _requantize(qnode, node) -> None:
+def quantize_again(qnode, node) -> None:
     """The quantized layer made again from the float one as planned now (the range and
-    rounding of its weights, its biases), as the pipeline will make it."""
+    rounding of its weights, its biases, its inputs' grids as they stand), as the
+    pipeline will make it."""
     for key, c in node.constants.items():
         q = qnode.constants[key]
         q.betensor, q.dtype = c.betensor.detach().clone().to(q.betensor.device), c.dtype
