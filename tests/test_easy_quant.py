@@ -5,7 +5,6 @@ quantized IR then has the planned grids, whatever the thread count."""
 import pytest
 import torch
 
-from npuopt.errors import ConfigError
 from npuopt.quant import qmath
 from npuopt.quant import tensors as QT
 from npuopt.tensor import PyTensor
@@ -74,14 +73,3 @@ def test_the_ir_is_the_same_on_one_and_two_threads(model):
         torch.set_num_threads(threads)
     one, two = written[0].decode().splitlines(), written[2].decode().splitlines()
     assert [a for a, b in zip(one, two) if a != b] == [] and written[1] == written[3]
-
-
-@pytest.mark.parametrize("method, said", [
-    ("easy_quant[1,1,2,0.5]", r"easy_quant's beta \(0.5\) must be at least its alpha \(2\)"),
-    ("easy_quant[1,1,0.5,2,0]", "easy_quant's nsteps must be an integer >= 1, got 0"),
-    ("easy_quant[1,1,0,2]", "easy_quant's alpha must be a number >= 0.001, got 0"),
-])
-def test_bad_params_stop_with_one_line(model, method, said):
-    path, _ = model
-    with pytest.raises(ConfigError, match=said):
-        run(path, method)

@@ -126,6 +126,9 @@ def test_patches_reproduce_the_layer(model):
     ("adaround[0,0]", "adaround's epochs must be an integer >= 1, got 0"),
     ("gptq_zy[1,1,0.01,128,5]", "gptq_zy takes at most 4 params"),
     ("adaquant_zy[1.5]", "adaquant_zy's batches must be an integer >= 0, got 1.5"),
+    ("easy_quant[1,1,2,0.5]", r"easy_quant's beta \(0.5\) must be at least its alpha \(2\)"),
+    ("easy_quant[1,1,0.5,2,0]", "easy_quant's nsteps must be an integer >= 1, got 0"),
+    ("easy_quant[1,1,0,2]", "easy_quant's alpha must be a number >= 0.001, got 0"),
 ])
 def test_bad_params_stop_with_one_line(model, method, said):
     path, _ = model
