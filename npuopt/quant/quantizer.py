@@ -12,7 +12,7 @@ from ..node import PyNode
 from ..registry import OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings
-from .tensors import Unsupported
+from .tensors import QUANTIZATION_FIELDS, Unsupported
 
 BOUNDARY_TYPES = (OpType.Quantize, OpType.DeQuantize)
 
@@ -67,7 +67,7 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
 
 def _quantization(t: PyTensor) -> tuple:
     """t's quantization, to tell whether a quantize function changed it."""
-    values = (getattr(t, key) for key in ("scale", "zerop", "qbits", "qmin", "qmax", "dtype", "qinvariant", "key_axis"))
+    values = (getattr(t, key) for key in QUANTIZATION_FIELDS)
     return tuple(v.tolist() if isinstance(v, torch.Tensor) else v for v in values)
 
 

@@ -68,8 +68,11 @@ def set_quantization(t: PyTensor, scale, zp, qmin: int, qmax: int, bits: int, si
     t.qinvariant = False
 
 
+QUANTIZATION_FIELDS = ("scale", "zerop", "qbits", "qmin", "qmax", "dtype", "qinvariant", "key_axis")
+
+
 def copy_quantization(src: PyTensor, dst: PyTensor) -> None:
-    for key in ("scale", "zerop", "qbits", "qmin", "qmax", "dtype", "qinvariant", "key_axis"):
+    for key in QUANTIZATION_FIELDS:
         setattr(dst, key, getattr(src, key))
 
 
