@@ -129,6 +129,9 @@ def test_patches_reproduce_the_layer(model):
     ("easy_quant[1,1,2,0.5]", r"easy_quant's beta \(0.5\) must be at least its alpha \(2\)"),
     ("easy_quant[1,1,0.5,2,0]", "easy_quant's nsteps must be an integer >= 1, got 0"),
     ("easy_quant[1,1,0,2]", "easy_quant's alpha must be a number >= 0.001, got 0"),
+    ("mvn_correction[1]", r"mvn_correction's mode 1 \(the norm chain raised to 16-bit activations and 48-bit "
+                          r"biases\) is not implemented in npuopt; mode 0"),
+    ("mvn_correction[0,-1]", "mvn_correction's alpha must be a number >= 0, got -1"),
 ])
 def test_bad_params_stop_with_one_line(model, method, said):
     path, _ = model

@@ -52,7 +52,7 @@ def read_params(method: str, values: List[float], spec) -> dict:
         v = values[i] if i < len(values) else default
         if v < minimum or (integer and v != int(v)):
             what = "an integer" if integer else "a number"
-            raise ConfigError(f"field 'global_calibration': {method}'s {name} must be {what} >= {minimum}, got {v:g}")
+            raise ConfigError(f"field 'global_calibration': {method}'s {name} must be {what} >= {minimum:g}, got {v:g}")
         out[name] = int(v) if integer else float(v)
     return out
 
