@@ -1,0 +1,148 @@
+"""What SmoothQuant and AWQ share: a layer X = f(...) whose output channels only
+FullyConnected layers read (through Reshape, and Transpose that keeps the last axis
+last) can divide its channel j by s_j > 0 while those layers multiply their weight
+column j by s_j, and the float function stays. The two methods differ only in how
+they choose s.
+
+A producer is a norm layer (per-channel `weights` and `biases` on the last axis) or,
+where given, a FullyConnected layer whose fused activation is positively homogeneous
+(f(x / s) = f(x) / s: NONE, RELU, LEAKYRELU, PRELU), whose weight rows and biases are
+divided instead."""
+from typing import Dict, List, Tuple
+
+import torch
+
+from ...registry import OpType
+from .. import qmath
+from .. import tensors as QT
+from ..settings import QuantMethod, settings_of
+from . import one_thread
+from .equalization import HOMOGENEOUS
+
+SAMPLE_ROWS = 4096  # rows of a producer's output on which a choice of s is measured (the first ones)
+NORMS = (OpType.LayerNorm, OpType.RMSNorm, OpType.BatchNorm, OpType.GroupNorm, OpType.InstanceNorm)
+
+
+def smoothable(ctx, producers=NORMS) -> Tuple[Dict[str, List[object]], List[str]]:
+    """(producer name -> the FullyConnected layers that read its output, for the
+    producers in scope whose output only such layers read (through last-axis-keeping
+    reshapes); the producers in scope that feed FullyConnected layers and something
+    else too)."""
+    readers = {}
+    for node in ctx.graph.nodes:
+        for t in node.inputs:
+            readers.setdefault(t.name, []).append(node)
+    outputs = {t.name for t in ctx.graph.output_tensors}
+    found, left = {}, []
+    for producer in ctx.graph.nodes:
+        if producer.type not in producers or "weights" not in producer.constants or not ctx.in_scope(producer):
+            continue
+        channels = producer.outputs[0].ir_shape[-1]
+        fcs, tensors, ok = [], [producer.outputs[0]], True
+        while tensors:
+            t = tensors.pop()
+            ok = ok and t.name not in outputs and bool(readers.get(t.name))
+            for reader in readers.get(t.name, []):
+                if reader.type == OpType.FullyConnected and reader.inputs[0] is t and ctx.in_scope(reader) \
+                        and reader.get_constant("weights").betensor.shape[-1] == channels:
+                    fcs.append(reader)
+                elif _keeps_last_axis(reader, channels):
+                    tensors.append(reader.outputs[0])
+                else:
+                    ok = False
+        if ok and fcs and _divisible(producer, channels):
+            found[producer.name] = fcs
+        elif fcs:
+            left.append(producer.name)
+    return found, left
+
+
+def _divisible(producer, channels: int) -> bool:
+    """Whether dividing the producer's weights and biases along their first axis divides
+    its output's last-axis channels."""
+    if producer.type == OpType.FullyConnected:
+        return str(producer.params.get("with_activation", "NONE")).upper() in HOMOGENEOUS \
+            and producer.get_constant("weights").betensor.shape[0] == channels
+    axis = producer.get_param("axis", -1) if producer.type == OpType.BatchNorm else -1
+    rank = len(producer.outputs[0].ir_shape)
+    return int(axis) % rank == rank - 1 and all(
+        producer.constants[k].betensor.numel() == channels for k in ("weights", "biases") if k in producer.constants)
+
+
+def _keeps_last_axis(node, channels: int) -> bool:
+    if node.type == OpType.Reshape:
+        return node.outputs[0].ir_shape[-1] == channels
+    if node.type == OpType.Transpose:
+        perm = list(node.get_param("perm"))
+        return perm[-1] == len(perm) - 1
+    return False
+
+
+class ChannelStatistics:
+    """Of each named producer's output over the calibration set, per channel j of its
+    last axis: max |X_j| and mean |X_j| (float64), and its first SAMPLE_ROWS rows
+    (float32 [rows, channels])."""
+
+    def __init__(self, ctx, names: List[str], desc: str):
+        nodes = {ctx.graph.node(n).outputs[0].name: n for n in names}
+        self.maxima, self.means, self.rows = {}, {}, {}
+        sums, counts = {}, {}
+
+        def gather(node):
+            for t in node.outputs:
+                if t.name in nodes:
+                    name, x = nodes[t.name], t.betensor.detach().reshape(-1, t.betensor.shape[-1]).float().cpu()
+                    m = x.abs().amax(0).double()
+                    self.maxima[name] = torch.maximum(self.maxima.get(name, m), m)
+                    sums[name] = sums.get(name, 0.0) + x.abs().double().sum(0)
+                    counts[name] = counts.get(name, 0) + x.shape[0]
+                    kept = self.rows.get(name, x[:0])
+                    self.rows[name] = torch.cat([kept, x[:SAMPLE_ROWS - len(kept)]])
+
+        with torch.no_grad(), one_thread():
+            for batch in ctx.progress(ctx.batches(), desc, unit="batch"):
+                ctx.graph.forward([x.to(ctx.device) for x in batch], after_node=gather)
+        self.means = {name: sums[name] / counts[name] for name in sums}
+
+
+def usable(s: torch.Tensor) -> torch.Tensor:
+    """s with 1 where it is not a positive finite number."""
+    return torch.where(torch.isfinite(s) & (s > 0), s, torch.ones_like(s))
+
+
+def quantized_error(producer, fcs, x: torch.Tensor, s: torch.Tensor) -> float:
+    """Squared error of the FullyConnected outputs on rows x when X / s and W s are
+    rounded to their grids (the producer's activation settings over the rows' range;
+    each layer's weight settings and planned range), against the float outputs."""
+    st = settings_of(producer)
+    method = QuantMethod.parse(st.quantize_method_for_activation)
+    xs = x.double() / s
+    lo, hi = min(float(xs.min()), 0.0), max(float(xs.max()), 0.0)
+    scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.activation_bits, method.symmetric,
+                                                      method.full_range, lo < 0)
+    xq = qmath.dequantize(qmath.quantize(xs.float(), scale, zp, qmin, qmax), scale, zp).double()
+    error = 0.0
+    with one_thread():  # the choice must not follow the last bits of a threaded sum
+        for fc in fcs:
+            c = fc.get_constant("weights")
+            w = c.betensor.detach().double().cpu()
+            kept, c.betensor = c.betensor, (w * s).to(c.betensor.dtype)
+            try:
+                grid = QT.weight_grid(fc, "weights")
+                wq = grid.dequantize(grid.quantize(c.betensor.detach().float().cpu())).double()
+            finally:
+                c.betensor = kept
+            error += float(((xq @ wq.T - x.double() @ w.T) ** 2).sum())
+    return error
+
+
+def smooth(producer, fcs, s: torch.Tensor) -> None:
+    """Divide the producer's channel j by s_j and multiply the FullyConnected columns j by it."""
+    for key in ("weights", "biases"):
+        if key in producer.constants:
+            c = producer.constants[key]
+            along = s.reshape([-1] + [1] * (c.betensor.dim() - 1)).to(c.betensor.device)
+            c.betensor = (c.betensor.double() / along).to(c.betensor.dtype)
+    for fc in fcs:
+        c = fc.get_constant("weights")
+        c.betensor = (c.betensor.double() * s.to(c.betensor.device)).to(c.betensor.dtype)
