@@ -542,9 +542,12 @@ _not_yet("fake_quant_scopes_for_debug", "", _pattern(r"|\[(\(\d+,\d+\),?)+\]"), 
          "layer-id ranges run in float inside the quantized forward (debugging)", "fake_quant_scopes_for_debug")
 _not_yet("fake_quant_operators_for_debug", "", _text, "layer types", "layer types run in float inside the quantized forward (debugging)",
          "fake_quant_operators_for_debug")
-_not_yet("unify_scales_for_concat", "false", _bool, _B, "give a Concat's input branches one scale", "unify_scales_for_concat")
+register_field("unify_scales_for_concat", "false", _bool,
+               "give each Concat's input branches the Concat's output range, so it copies integers instead of "
+               "rescaling each branch", _B)
 register_field("unify_scales_for_concat_threshold", "1.05", _float_in(1.0, float("inf")),
-               "with unify_scales_for_concat: scales within this ratio count as equal", "a number >= 1")
+               "with unify_scales_for_concat: branch scales within this ratio count as equal (npuopt gives the "
+               "branches identical grids, so any value holds)", "a number >= 1")
 register_field("unify_scales_for_concat_max_depth", "20", _int_in(1, 1 << 20),
                "with unify_scales_for_concat: how far back branches are searched", "an integer >= 1")
 _not_yet("unify_scales_for_multi_inputs_operators", "",

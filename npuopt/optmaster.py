@@ -285,9 +285,12 @@ class OptMaster:
 
     def quantize(self) -> None:
         from .quant.plan_report import quantization_rows
-        from .quant.quantizer import build_quantized_graph, float_layers
+        from .quant.quantizer import build_quantized_graph, float_layers, quantized_copy
+        from .quant.unify_scales import unify_concat_scales
         cfg = self.cfg
         self.global_calibration("after_calibration")
+        if cfg.unify_scales_for_concat:
+            unify_concat_scales(self.graph, quantized_copy(self.graph, self.device), cfg.unify_scales_for_concat_max_depth)
         keep = float_layers(self.graph, self.settings)
         with quantized_graph_edits(self.graph, cfg):
             self.qgraph, keep = build_quantized_graph(self.graph, self.settings, keep)

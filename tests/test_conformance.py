@@ -55,6 +55,9 @@ OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, wh
 
 MODELS = sorted(p.name for p in PARSER_IRS.iterdir() if (p / f"{p.name}.txt").is_file()) \
     if PARSER_IRS.is_dir() else []
+# models with Concat layers are also checked with their branches on one grid (unify_scales_for_concat)
+CONCAT_MODELS = [m for m in MODELS if "layer_type=Concat" in (PARSER_IRS / m / f"{m}.txt").read_text()]
+MODEL_SETTINGS = {**SETTINGS, "unify_concat": ["unify_scales_for_concat=true"]}
 CALIBRATION_IMAGES = 8
 VALIDATION_IMAGES = 2
 
@@ -364,7 +367,7 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
                         dataset="NumpyDataset", calibration_data=data["calib"],
                         calibration_batch_size=CALIBRATION_IMAGES, statistic_file=root / model / "statistics.pt",
                         device="cpu")
-        quantized = [quantize(cfg, root / model / s, SETTINGS[s], f"{model} [{s}]", [data["val"]])
+        quantized = [quantize(cfg, root / model / s, MODEL_SETTINGS[s], f"{model} [{s}]", [data["val"]])
                      for s in settings]
         start_opt(oracle, quantized)
         runs.update({(model, s): r for s, r in zip(settings, quantized)})
@@ -373,7 +376,8 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
 
 @pytest.mark.slow
 @pytest.mark.shared
-@pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS])
+@pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS]
+                         + [pytest.param(m, "unify_concat", id=f"{m}-unify_concat") for m in CONCAT_MODELS])
 def test_model(model, setting, model_runs, record_property, tmp_path):
     run = model_runs[model, setting]
     assert not run.error, f"{run.label}: {run.error}"

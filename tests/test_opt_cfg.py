@@ -153,7 +153,7 @@ def test_unknown_field_names_the_closest(tmp_path):
     ("bias_bits", "48", "biases other than 32 bits are not implemented"),
     ("quant_type", "w16a16", "quant_type 'w16a16' (its biases are 48 bits) is not implemented"),
     ("trigger_float_op", "float16_act_int_wht", "weight-only quantization"),
-    ("unify_scales_for_concat", "true", "unify_scales_for_concat is not implemented"),
+    ("unify_scales_for_kvc_concat", "true", "unify_scales_for_kvc_concat is not implemented"),
 ])
 def test_what_npuopt_lacks_stops_with_one_line(tmp_path, field, value, said):
     with pytest.raises(ConfigError) as info:

@@ -1,6 +1,8 @@
 """The mixed-precision quantized graph: which layers stay in float, the
 Quantize/DeQuantize layers at their boundaries, and each layer's quantize."""
+import contextlib
 import copy
+import logging
 from collections import deque
 from typing import Dict, Set
 
@@ -11,7 +13,7 @@ from ..logger import OPT_WARN
 from ..node import PyNode
 from ..registry import OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
-from .settings import QuantSettings
+from .settings import QuantSettings, settings_of
 from .tensors import QUANTIZATION_FIELDS, Unsupported
 
 BOUNDARY_TYPES = (OpType.Quantize, OpType.DeQuantize)
@@ -137,3 +139,26 @@ def _unique(graph, name: str) -> str:
     while out in names:
         out, i = f"{name}_{i}", i + 1
     return out
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The pipeline's own build of the quantized graph says its warnings once."""
+    log = logging.getLogger("npuopt")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def quantized_copy(graph, device):
+    """The quantized graph as the pipeline builds it from `graph` now (the roundings
+    planned so far included): what the layers after a rounded one will see."""
+    from ..config import current_config
+    from ..optmaster import quantized_graph_edits
+    settings = {n.name: settings_of(n) for n in graph.nodes}
+    with _quiet(), quantized_graph_edits(graph, current_config()):
+        qgraph, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
+    return qgraph.to(device)

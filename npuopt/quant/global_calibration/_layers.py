@@ -15,7 +15,6 @@ the best biases b~ for given weights have a closed form (`free_bias`). The fused
 activation is left out of the error, as in the layer-wise losses of AdaRound and GPTQ.
 """
 import contextlib
-import logging
 import math
 from dataclasses import dataclass
 from typing import Iterator, List, Optional
@@ -28,7 +27,7 @@ from ...ops._conv import window
 from ...registry import OpType
 from .. import tensors as QT
 from ..compare import dequantized
-from ..quantizer import build_quantized_graph, float_layers
+from ..quantizer import quantized_copy
 from ..settings import QuantMethod, settings_of
 from . import one_thread
 
@@ -118,29 +117,6 @@ class Stream:
         self.values.clear()
         for t in self.graph.tensors:
             t.betensor = torch.zeros(())
-
-
-@contextlib.contextmanager
-def _quiet():
-    """The pipeline's own build of the quantized graph says its warnings once."""
-    log = logging.getLogger("npuopt")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
-def quantized_copy(graph, device):
-    """The quantized graph as the pipeline builds it from `graph` now (the roundings
-    planned so far included): what the layers after a rounded one will see."""
-    from ...config import current_config
-    from ...optmaster import quantized_graph_edits
-    settings = {n.name: settings_of(n) for n in graph.nodes}
-    with _quiet(), quantized_graph_edits(graph, current_config()):
-        qgraph, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
-    return qgraph.to(device)
 
 
 # ---- one layer's problem ---------------------------------------------------------------

@@ -27,7 +27,8 @@ from .. import tensors as QT
 from ..compare import dequantized
 from ..settings import QuantMethod, settings_of
 from . import global_calibration, one_thread
-from ._layers import TYPES, LayerData, Stream, quantize_again, quantized_copy, read_params
+from ..quantizer import quantized_copy
+from ._layers import TYPES, LayerData, Stream, quantize_again, read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("batches", 1, 0, True),     # calibration batches used (0: all of them)

@@ -36,7 +36,8 @@ from ...registry import OpType
 from .. import tensors as QT
 from ..settings import QuantMethod, settings_of
 from . import global_calibration
-from ._layers import quantized_copy, read_params
+from ..quantizer import quantized_copy
+from ._layers import read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("mode", 0, -math.inf, True),   # 0 and below: correct the input's range; above: also raise the bits (refused)

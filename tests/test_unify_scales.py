@@ -1,0 +1,125 @@
+"""unify_scales_for_concat (issue 12's shared parameters as plan entries): the layers
+that decide a Concat's branch grids get the Concat's output range planned, through
+layers that pass their input's grid on (MAX pooling), so the quantized Concat copies
+integers and writes no rescale; Concat layers chained through another are unified
+together; a Concat whose branches differ in dtype, or whose branch has no deciding
+layer within max_depth, is left alone, as in the Compass Optimizer."""
+import numpy as np
+import pytest
+import torch
+
+from npuopt.config import load_config
+from npuopt.ir import read_graph, write_graph
+from npuopt.ir.builder import GraphBuilder
+from npuopt.optmaster import OptMaster
+from npuopt.plugins import load_plugins
+from npuopt.quant.compare import dequantized
+
+from conftest import write_cfg
+
+C = 4
+
+
+def conv(b, name, src, act, gen, k=1, scale=0.4):
+    b.layer("Convolution", name, [src], dict(kernel_x=k, kernel_y=k, pad_left=k // 2, pad_right=k // 2,
+                                             pad_top=k // 2, pad_bottom=k // 2, num_output=C, with_activation=act),
+            {"weights": torch.randn(C, k, k, C, generator=gen) * scale, "biases": torch.randn(C, generator=gen) * 0.1})
+
+
+def pool(b, name, src):
+    b.layer("Pooling", name, [src], dict(method="MAX", kernel_y=3, kernel_x=3, stride_y=1, stride_x=1, pad_top=1,
+                                         pad_bottom=1, pad_left=1, pad_right=1, ceil_mode=False,
+                                         count_include_pad=False))
+
+
+def model(path, second_branch_act="RELU", chained=False, pools=1):
+    """x -> conv 'stem' (RELU) -> conv 'a' (RELU) and conv 'b' -> MAX pooling 'b_pool'
+    (`pools` of them, the last so named), Concat 'cat' of them -> conv 'head'; with
+    `chained`, also 'cat' -> MAX pooling 'cat_pool' and conv 'c' (RELU) into Concat
+    'cat2' before the head."""
+    gen = torch.Generator().manual_seed(0)
+    b = GraphBuilder("branches")
+    b.input("x", [1, 6, 6, C])
+    conv(b, "stem", "x", "RELU", gen, k=3)
+    conv(b, "a", "stem", "RELU", gen)
+    conv(b, "b", "stem", second_branch_act, gen, scale=2.0)  # a range several times a's
+    src = "b"
+    for i in range(pools - 1):
+        pool(b, f"b_pool{i}", src)
+        src = f"b_pool{i}"
+    pool(b, "b_pool", src)
+    b.layer("Concat", "cat", ["a", "b_pool"], dict(axis=3))
+    last = "cat"
+    if chained:
+        pool(b, "cat_pool", "cat")
+        b.layer("Convolution", "c", ["stem"], dict(kernel_x=1, kernel_y=1, num_output=2 * C, with_activation="RELU"),
+                {"weights": torch.randn(2 * C, 1, 1, C, generator=gen), "biases": torch.zeros(2 * C)})
+        b.layer("Concat", "cat2", ["cat_pool", "c"], dict(axis=3))
+        last = "cat2"
+    b.layer("Convolution", "head", [last], dict(kernel_x=1, kernel_y=1, num_output=3),
+            {"weights": torch.randn(3, 1, 1, 4 * C if chained else 2 * C, generator=gen) * 0.3,
+             "biases": torch.zeros(3)})
+    write_graph(b.build(["head"]), str(path / "branches.txt"))
+    np.save(path / "data.npy", torch.randn(32, 6, 6, C, generator=gen).numpy())
+
+
+def run(path, unify, **fields):
+    load_plugins()
+    lines = {"graph": "branches.txt", "model_name": "branches", "output_dir": f"out_{unify}",
+             "dataset": "NumpyDataset", "calibration_data": "data.npy", "calibration_batch_size": "8",
+             "unify_scales_for_concat": unify, **fields}
+    master = OptMaster(load_config(str(write_cfg(path / f"{unify}.cfg", **lines))))
+    master.run()
+    return master
+
+
+def rescales(master):
+    """The Concat layers of the written IR that rescale their branches."""
+    ir = read_graph(master.report["quantized_ir"])
+    return sorted(n.name for n in ir.nodes if n.type == "Concat" and "scale_value" in n.params)
+
+
+def output_error(master, path):
+    x = torch.from_numpy(np.load(path / "data.npy"))
+    want = read_graph(str(path / "branches.txt")).forward([x])[0]
+    return float(((dequantized(master.qgraph.output_tensors[0], master.qgraph.forward([x])[0]) - want) ** 2).mean())
+
+
+def test_the_branches_share_the_concats_grid_and_it_copies(tmp_path, caplog):
+    model(tmp_path)
+    plain = run(tmp_path, "false")
+    assert rescales(plain) == ["cat"]
+    with caplog.at_level("INFO", logger="npuopt"):
+        unified = run(tmp_path, "true")
+    assert "unify_scales_for_concat: the branches of 1 of 1 Concat layers planned to one grid" in caplog.text
+    assert rescales(unified) == []
+    q = unified.qgraph
+    grids = {name: (q.tensor(name).scale, q.tensor(name).zerop, q.tensor(name).dtype) for name in ("a", "b_pool", "cat")}
+    assert len(set(grids.values())) == 1, grids
+    assert q.tensor("cat").scale == plain.qgraph.tensor("cat").scale  # the Concat's own grid, given to both branches
+    assert unified.graph.tensor("b").planned_range is not None       # on the layer that decides the grid ...
+    assert unified.graph.tensor("b_pool").planned_range is None     # ... not on the pooling that passes it on
+    assert output_error(unified, tmp_path) < 1.5 * output_error(plain, tmp_path)  # measured 0.0220 against 0.0223
+
+
+def test_concats_chained_through_another_are_unified_together(tmp_path):
+    model(tmp_path, chained=True)
+    assert rescales(run(tmp_path, "false")) == ["cat", "cat2"]
+    unified = run(tmp_path, "true")
+    assert rescales(unified) == []
+    assert len({unified.qgraph.tensor(n).scale for n in ("a", "b_pool", "cat", "c", "cat2")}) == 1
+
+
+def test_branches_of_different_dtypes_are_left_alone(tmp_path, caplog):
+    model(tmp_path, second_branch_act="NONE")  # 'b' signed, 'a' unsigned
+    with caplog.at_level("INFO", logger="npuopt"):
+        unified = run(tmp_path, "true")
+    assert "the branches of 0 of 1 Concat layers" in caplog.text
+    assert rescales(unified) == ["cat"]
+
+
+@pytest.mark.parametrize("depth, rescaled", [(1, ["cat"]), (2, [])])
+def test_max_depth_bounds_the_search(tmp_path, depth, rescaled):
+    """'b' is two layers back from the Concat's branch 'b_pool' (two poolings)."""
+    model(tmp_path, pools=2)
+    assert rescales(run(tmp_path, "true", unify_scales_for_concat_max_depth=str(depth))) == rescaled
