@@ -39,11 +39,10 @@ def _activation_settings(node) -> tuple:
     return st.activation_bits, QuantMethod.parse(st.quantize_method_for_activation)
 
 
-def key_layers(graph, qgraph, concat, max_depth: int):
+def key_layers(concat, producers: dict, qnodes: dict, max_depth: int):
     """[the key layers of each branch that is not invariant], or None where a branch
-    has none within max_depth (or the branches' dtypes differ)."""
-    producers = {t.name: n for n in graph.nodes for t in n.outputs}
-    qnodes = {n.name: n for n in qgraph.nodes}
+    has none within max_depth (or the branches' dtypes differ); `producers` maps a
+    tensor name to the float layer that writes it, `qnodes` a name to the quantized layer."""
     qconcat = qnodes[concat.name]
     if len({t.dtype for t in qconcat.inputs}) > 1:
         return None
@@ -73,11 +72,13 @@ def unify_concat_scales(graph, qgraph, max_depth: int) -> int:
     """Plan the ranges that give the branches of each Concat of the float `graph` one
     grid, from the decisions of its quantized copy `qgraph`; how many Concat layers."""
     qnodes = {n.name: n for n in qgraph.nodes}
+    producers = {t.name: n for n in graph.nodes for t in n.outputs}
     keys: Dict[str, Set[str]] = {}
     for concat in graph.nodes:
-        if concat.type != OpType.Concat or len(concat.inputs) < 2 or not qnodes.get(concat.name, concat).quantized:
+        if concat.type != OpType.Concat or len(concat.inputs) < 2 or concat.name not in qnodes \
+                or not qnodes[concat.name].quantized:
             continue
-        branches = key_layers(graph, qgraph, concat, max_depth)
+        branches = key_layers(concat, producers, qnodes, max_depth)
         if branches:
             keys[concat.name] = {n.name for branch in branches for n in branch}
     groups: List[List[str]] = []  # Concat layers that share key layers, or are one's key layer: unified together

@@ -62,10 +62,10 @@ def corrected_scale(si: float, so: float, alpha: float) -> float:
     return max(alpha * math.sqrt(si * so), si)
 
 
-def norm_input(graph, norm):
+def norm_input(norm, producers: dict):
     """(the layer that decides the grid of the norm's input, its output the norm reads
-    through data-moving layers), or None where the input has no producing layer."""
-    producers = {t.name: n for n in graph.nodes for t in n.outputs}
+    through data-moving layers), or None where the input has no producing layer;
+    `producers` maps a tensor name to the layer that writes it."""
     t = norm.inputs[0] if norm.inputs else None
     node = producers.get(t.name) if t is not None else None
     while node is not None and node.type not in ANCESTORS and node.inputs and node.inputs[0].name in producers:
@@ -100,9 +100,10 @@ def mvn_correction(ctx, params):
     if not norms:
         return
     qgraph = quantized_copy(ctx.graph, ctx.device)
+    producers = {t.name: n for n in ctx.graph.nodes for t in n.outputs}
     calibrated = {}  # each input's range before this method: two norms reading one input do not compound
     for norm in ctx.progress(norms, "mvn_correction"):
-        found = norm_input(ctx.graph, norm)
+        found = norm_input(norm, producers)
         if found is None:
             continue
         producer, t = found
