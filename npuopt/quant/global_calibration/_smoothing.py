@@ -12,6 +12,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
+from ...errors import ConfigError
 from ...registry import OpType
 from .. import qmath
 from .. import tensors as QT
@@ -21,6 +22,17 @@ from .equalization import HOMOGENEOUS
 
 SAMPLE_ROWS = 4096  # rows of a producer's output on which a choice of s is measured (the first ones)
 NORMS = (OpType.LayerNorm, OpType.RMSNorm, OpType.BatchNorm, OpType.GroupNorm, OpType.InstanceNorm)
+
+
+def check_params(method: str, p: dict, share: str) -> None:
+    """One-line stops for what both methods refuse: a share of the range (`share`) above
+    1, and insert_norm_if_none (OPT: insert a BatchNorm before a FullyConnected layer
+    without a producer), which npuopt lacks."""
+    if p[share] > 1:
+        raise ConfigError(f"field 'global_calibration': {method}'s {share} must lie in [0, 1], got {p[share]:g}")
+    if p["insert_norm_if_none"]:
+        raise ConfigError(f"field 'global_calibration': {method}'s insert_norm_if_none is not implemented in "
+                          "npuopt (leave it 0)")
 
 
 def smoothable(ctx, producers=NORMS) -> Tuple[Dict[str, List[object]], List[str]]:

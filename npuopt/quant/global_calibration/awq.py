@@ -20,13 +20,12 @@ layers also read is left alone (OPT scales it anyway, which changes what those l
 compute)."""
 import torch
 
-from ...errors import ConfigError
 from ...logger import OPT_INFO
 from ...registry import OpType
 from .. import tensors as QT
 from . import global_calibration
 from ._layers import read_params
-from ._smoothing import NORMS, ChannelStatistics, quantized_error, smooth, smoothable, usable
+from ._smoothing import NORMS, ChannelStatistics, check_params, quantized_error, smooth, smoothable, usable
 
 PARAMS = [  # name, default, minimum, integer
     ("n_grid", 20, 1, True),            # alphas tried: 0, 1/n_grid, ..., 1
@@ -64,12 +63,7 @@ def shrink_weight_ranges(producer, fcs, rows: torch.Tensor, n_grid: int, max_shr
 def awq_zy(ctx, params) -> None:
     """AWQ: scale FullyConnected weight columns by their inputs' mean magnitude, searched per layer."""
     p = read_params("awq_zy", params, PARAMS)
-    if p["max_shrink"] > 1:
-        raise ConfigError(f"field 'global_calibration': awq_zy's max_shrink must lie in [0, 1], "
-                          f"got {p['max_shrink']:g}")
-    if p["insert_norm_if_none"]:
-        raise ConfigError("field 'global_calibration': awq_zy's insert_norm_if_none is not implemented in "
-                          "npuopt (leave it 0)")
+    check_params("awq_zy", p, "max_shrink")
     found, left = smoothable(ctx, PRODUCERS)
     stats = ChannelStatistics(ctx, list(found), "awq_zy: channel magnitudes") if found else None
     alphas = [r / p["n_grid"] for r in range(p["n_grid"] + 1)]

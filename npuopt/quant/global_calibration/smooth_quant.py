@@ -32,7 +32,7 @@ from ...errors import ConfigError
 from ...logger import OPT_INFO
 from . import global_calibration
 from ._layers import read_params
-from ._smoothing import ChannelStatistics, quantized_error, smooth, smoothable, usable
+from ._smoothing import ChannelStatistics, check_params, quantized_error, smooth, smoothable, usable
 
 PARAMS = [  # name, default, minimum, integer
     ("default_alpha", 0.5, 0, False),  # share of the activation range moved into the weights
@@ -56,12 +56,7 @@ def scales(fcs, x_max: torch.Tensor, alpha: float) -> torch.Tensor:
 def smooth_quant_zy(ctx, params) -> None:
     """SmoothQuant: move input-channel outliers of FullyConnected layers into their weights, through the norm before them."""
     p = read_params("smooth_quant_zy", params, PARAMS)
-    if p["default_alpha"] > 1:
-        raise ConfigError(f"field 'global_calibration': smooth_quant_zy's default_alpha must lie in [0, 1], "
-                          f"got {p['default_alpha']:g}")
-    if p["insert_norm_if_none"]:
-        raise ConfigError("field 'global_calibration': smooth_quant_zy's insert_norm_if_none is not implemented in "
-                          "npuopt (leave it 0)")
+    check_params("smooth_quant_zy", p, "default_alpha")
     if p["auto_tune"] and not p["alpha_min"] <= p["alpha_max"] <= 1:
         raise ConfigError(f"field 'global_calibration': smooth_quant_zy's alpha_min and alpha_max must satisfy "
                           f"0 <= alpha_min <= alpha_max <= 1, got {p['alpha_min']:g} and {p['alpha_max']:g}")
