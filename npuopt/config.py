@@ -550,10 +550,13 @@ register_field("unify_scales_for_concat_threshold", "1.05", _float_in(1.0, float
                "branches identical grids, so any value holds)", "a number >= 1")
 register_field("unify_scales_for_concat_max_depth", "20", _int_in(1, 1 << 20),
                "with unify_scales_for_concat: how far back branches are searched", "an integer >= 1")
-_not_yet("unify_scales_for_multi_inputs_operators", "",
-         _pattern(rf"|\[(\(\w+,\d+,{_R},(max|min|avg|out|skip),?\),?)+\]"),
-         "[(Type, depth, threshold, max|min|avg|out|skip), ...]", "give the input branches of the listed types one scale",
-         "unify_scales_for_multi_inputs_operators", per_layer=True)
+register_field("unify_scales_for_multi_inputs_operators", "",
+               _pattern(rf"|\[(\(\w+,\d+,{_R},(max|min|avg|out|skip),?\),?)+\]"),
+               "give the input branches of layers of the listed types one grid (unify_scales_for_concat for any "
+               "type): search_depth layers back (0: no limit), the largest (max), smallest (min) or mean (avg) of "
+               "the branches' scales or the layer's output range (out); skip leaves them alone; npuopt gives the "
+               "branches identical grids, so the threshold has nothing to ignore",
+               "[(Type, search_depth, threshold, max|min|avg|out|skip), ...]", per_layer=True)
 _not_yet("unify_scales_for_kvc_concat", "false", _bool, _B, "steady the scales of self-regressive (KV cache) Concat layers",
          "unify_scales_for_kvc_concat", per_layer=True)
 register_field("activation_perchannel_min_elements", "1", _int_in(1, 1 << 30),

@@ -286,11 +286,13 @@ class OptMaster:
     def quantize(self) -> None:
         from .quant.plan_report import quantization_rows
         from .quant.quantizer import build_quantized_graph, float_layers, quantized_copy
-        from .quant.unify_scales import unify_concat_scales
+        from .quant.unify_scales import concat_rules, multi_input_rules, unify_input_scales
         cfg = self.cfg
         self.global_calibration("after_calibration")
-        if cfg.unify_scales_for_concat:
-            unify_concat_scales(self.graph, quantized_copy(self.graph, self.device), cfg.unify_scales_for_concat_max_depth)
+        for field, rules in (("unify_scales_for_concat", cfg.unify_scales_for_concat and concat_rules(cfg, self.graph)),
+                             ("unify_scales_for_multi_inputs_operators", multi_input_rules(cfg, self.graph))):
+            if rules:
+                unify_input_scales(self.graph, quantized_copy(self.graph, self.device), rules, field)
         keep = float_layers(self.graph, self.settings)
         with quantized_graph_edits(self.graph, cfg):
             self.qgraph, keep = build_quantized_graph(self.graph, self.settings, keep)

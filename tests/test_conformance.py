@@ -57,7 +57,10 @@ MODELS = sorted(p.name for p in PARSER_IRS.iterdir() if (p / f"{p.name}.txt").is
     if PARSER_IRS.is_dir() else []
 # models with Concat layers are also checked with their branches on one grid (unify_scales_for_concat)
 CONCAT_MODELS = [m for m in MODELS if "layer_type=Concat" in (PARSER_IRS / m / f"{m}.txt").read_text()]
-MODEL_SETTINGS = {**SETTINGS, "unify_concat": ["unify_scales_for_concat=true"]}
+# models with Eltwise layers, with their branches on one grid (unify_scales_for_multi_inputs_operators)
+ELTWISE_MODELS = [m for m in MODELS if "layer_type=Eltwise" in (PARSER_IRS / m / f"{m}.txt").read_text()]
+MODEL_SETTINGS = {**SETTINGS, "unify_concat": ["unify_scales_for_concat=true"],
+                  "unify_eltwise": ["unify_scales_for_multi_inputs_operators=[(Eltwise,20,1.05,max)]"]}
 CALIBRATION_IMAGES = 8
 VALIDATION_IMAGES = 2
 
@@ -377,7 +380,8 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
 @pytest.mark.slow
 @pytest.mark.shared
 @pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS]
-                         + [pytest.param(m, "unify_concat", id=f"{m}-unify_concat") for m in CONCAT_MODELS])
+                         + [pytest.param(m, "unify_concat", id=f"{m}-unify_concat") for m in CONCAT_MODELS]
+                         + [pytest.param(m, "unify_eltwise", id=f"{m}-unify_eltwise") for m in ELTWISE_MODELS])
 def test_model(model, setting, model_runs, record_property, tmp_path):
     run = model_runs[model, setting]
     assert not run.error, f"{run.label}: {run.error}"

@@ -1,9 +1,11 @@
-"""unify_scales_for_concat (issue 12's shared parameters as plan entries): the layers
-that decide a Concat's branch grids get the Concat's output range planned, through
-layers that pass their input's grid on (MAX pooling), so the quantized Concat copies
-integers and writes no rescale; Concat layers chained through another are unified
-together; a Concat whose branches differ in dtype, or whose branch has no deciding
-layer within max_depth, is left alone, as in the Compass Optimizer."""
+"""unify_scales_for_concat and unify_scales_for_multi_inputs_operators (issue 12's
+shared parameters as plan entries): the layers that decide a Concat's branch grids get
+the Concat's output range planned, through layers that pass their input's grid on (MAX
+pooling), so the quantized Concat copies integers and writes no rescale; Concat layers
+chained through another are unified together; a Concat whose branches differ in dtype,
+or whose branch has no deciding layer within max_depth, is left alone, as in the
+Compass Optimizer. The generalized field does the same for any listed layer type,
+with the unified scale the branches' largest, smallest or mean, or the layer's output."""
 import numpy as np
 import pytest
 import torch
@@ -32,11 +34,11 @@ def pool(b, name, src):
                                          count_include_pad=False))
 
 
-def model(path, second_branch_act="RELU", chained=False, pools=1):
+def model(path, second_branch_act="RELU", chained=False, pools=1, join="Concat"):
     """x -> conv 'stem' (RELU) -> conv 'a' (RELU) and conv 'b' -> MAX pooling 'b_pool'
-    (`pools` of them, the last so named), Concat 'cat' of them -> conv 'head'; with
-    `chained`, also 'cat' -> MAX pooling 'cat_pool' and conv 'c' (RELU) into Concat
-    'cat2' before the head."""
+    (`pools` of them, the last so named), Concat 'cat' of them (or with join="Eltwise",
+    their sum 'cat') -> conv 'head'; with `chained`, also 'cat' -> MAX pooling
+    'cat_pool' and conv 'c' (RELU) into Concat 'cat2' before the head."""
     gen = torch.Generator().manual_seed(0)
     b = GraphBuilder("branches")
     b.input("x", [1, 6, 6, C])
@@ -48,7 +50,7 @@ def model(path, second_branch_act="RELU", chained=False, pools=1):
         pool(b, f"b_pool{i}", src)
         src = f"b_pool{i}"
     pool(b, "b_pool", src)
-    b.layer("Concat", "cat", ["a", "b_pool"], dict(axis=3))
+    b.layer(join, "cat", ["a", "b_pool"], dict(axis=3) if join == "Concat" else dict(method="ADD"))
     last = "cat"
     if chained:
         pool(b, "cat_pool", "cat")
@@ -57,7 +59,8 @@ def model(path, second_branch_act="RELU", chained=False, pools=1):
         b.layer("Concat", "cat2", ["cat_pool", "c"], dict(axis=3))
         last = "cat2"
     b.layer("Convolution", "head", [last], dict(kernel_x=1, kernel_y=1, num_output=3),
-            {"weights": torch.randn(3, 1, 1, 4 * C if chained else 2 * C, generator=gen) * 0.3,
+            {"weights": torch.randn(3, 1, 1, 4 * C if chained else C if join == "Eltwise" else 2 * C,
+                                    generator=gen) * 0.3,
              "biases": torch.zeros(3)})
     write_graph(b.build(["head"]), str(path / "branches.txt"))
     np.save(path / "data.npy", torch.randn(32, 6, 6, C, generator=gen).numpy())
@@ -65,10 +68,11 @@ def model(path, second_branch_act="RELU", chained=False, pools=1):
 
 def run(path, unify, **fields):
     load_plugins()
-    lines = {"graph": "branches.txt", "model_name": "branches", "output_dir": f"out_{unify}",
+    name = f"run{len(list(path.glob('*.cfg')))}"  # one cfg and output folder per run
+    lines = {"graph": "branches.txt", "model_name": "branches", "output_dir": f"out_{name}",
              "dataset": "NumpyDataset", "calibration_data": "data.npy", "calibration_batch_size": "8",
              "unify_scales_for_concat": unify, **fields}
-    master = OptMaster(load_config(str(write_cfg(path / f"{unify}.cfg", **lines))))
+    master = OptMaster(load_config(str(write_cfg(path / f"{name}.cfg", **lines))))
     master.run()
     return master
 
@@ -91,7 +95,7 @@ def test_the_branches_share_the_concats_grid_and_it_copies(tmp_path, caplog):
     assert rescales(plain) == ["cat"]
     with caplog.at_level("INFO", logger="npuopt"):
         unified = run(tmp_path, "true")
-    assert "unify_scales_for_concat: the branches of 1 of 1 Concat layers planned to one grid" in caplog.text
+    assert "unify_scales_for_concat: the input branches of 1 of 1 layers planned to one grid" in caplog.text
     assert rescales(unified) == []
     q = unified.qgraph
     grids = {name: (q.tensor(name).scale, q.tensor(name).zerop, q.tensor(name).dtype) for name in ("a", "b_pool", "cat")}
@@ -114,7 +118,7 @@ def test_branches_of_different_dtypes_are_left_alone(tmp_path, caplog):
     model(tmp_path, second_branch_act="NONE")  # 'b' signed, 'a' unsigned
     with caplog.at_level("INFO", logger="npuopt"):
         unified = run(tmp_path, "true")
-    assert "the branches of 0 of 1 Concat layers" in caplog.text
+    assert "the input branches of 0 of 1 layers" in caplog.text
     assert rescales(unified) == ["cat"]
 
 
@@ -123,3 +127,36 @@ def test_max_depth_bounds_the_search(tmp_path, depth, rescaled):
     """'b' is two layers back from the Concat's branch 'b_pool' (two poolings)."""
     model(tmp_path, pools=2)
     assert rescales(run(tmp_path, "true", unify_scales_for_concat_max_depth=str(depth))) == rescaled
+
+
+MULTI = "unify_scales_for_multi_inputs_operators"
+
+
+@pytest.mark.parametrize("method", ["max", "min", "avg", "out"])
+def test_multi_inputs_operators_give_eltwise_branches_the_chosen_scale(tmp_path, caplog, method):
+    model(tmp_path, join="Eltwise")
+    plain = run(tmp_path, "false").qgraph
+    branch_scales = [plain.tensor(n).scale for n in ("a", "b_pool")]
+    assert branch_scales[0] > 2 * branch_scales[1]  # 'b' ranges several times wider
+    with caplog.at_level("INFO", logger="npuopt"):
+        q = run(tmp_path, "false", **{MULTI: f"[(Eltwise, 20, 1.05, {method})]"}).qgraph
+    assert f"{MULTI}: the input branches of 1 of 1 layers planned to one grid" in caplog.text
+    a, b = q.tensor("a"), q.tensor("b_pool")
+    assert (a.scale, a.zerop, a.dtype) == (b.scale, b.zerop, b.dtype)
+    want = {"max": max(branch_scales), "min": min(branch_scales),
+            "avg": sum(branch_scales) / 2, "out": plain.tensor("cat").scale}[method]
+    assert a.scale == pytest.approx(want, rel=1e-5)
+
+
+def test_multi_inputs_operators_on_concat_copy_and_skip_per_layer(tmp_path):
+    model(tmp_path)
+    assert rescales(run(tmp_path, "false", **{MULTI: "[(Concat, 0, 1.0, min)]"})) == []
+    assert rescales(run(tmp_path, "false", **{MULTI: "[(Concat, 0, 1.0, min)] & <{cat}:[(Concat, 0, 1.0, skip)]>"})) \
+        == ["cat"]
+
+
+def test_multi_inputs_operators_warn_about_types_the_graph_lacks(tmp_path, caplog):
+    model(tmp_path)
+    with caplog.at_level("WARNING", logger="npuopt"):
+        run(tmp_path, "false", **{MULTI: "[(ScatterND, 20, 1.05, min)]"})
+    assert f"{MULTI}: the graph has no layer of type(s) scatternd" in caplog.text
