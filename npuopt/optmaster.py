@@ -263,7 +263,8 @@ class OptMaster:
             self.original = copy.deepcopy(self.graph)
         started = time.perf_counter()
         ran = run_stage(stage, self.cfg.global_calibration, Context(self.graph, self.calibration_batches,
-                                                                   self.device, self.has_calibration_data()))
+                                                                   self.device, self.has_calibration_data(),
+                                                                   field_of=self.cfg.of))
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)

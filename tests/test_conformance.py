@@ -3,7 +3,7 @@
 what a quantized IR means.
 
 1. Every op test in op_tests/ and every parser-written model in
-   ../shared/data/parser_irs (slow), under four settings (SETTINGS), are quantized by
+   ../shared/data/parser_irs (slow), under five settings (SETTINGS), are quantized by
    npuopt as `npuopt --cfg opt.cfg --set ...` does. On the written IR:
    (a) OPT reads as quantized exactly the layers npuopt quantized, the others as float;
    (b) OPT's forward equals npuopt's quantized forward of the IR read back from disk on
@@ -48,6 +48,8 @@ SETTINGS = {
                          "quantize_method_for_activation=per_tensor_asymmetric"],
     "act16": ["activation_bits=16"],
     "w4": ["weight_bits=4"],
+    "w4_asym": ["weight_bits=4", "quantize_method_for_weight=per_channel_asymmetric",
+                "quantize_method_for_activation=per_tensor_asymmetric"],
 }
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "

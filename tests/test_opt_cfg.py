@@ -145,7 +145,7 @@ def test_unknown_field_names_the_closest(tmp_path):
 
 
 @pytest.mark.parametrize("field, value, said", [
-    ("global_calibration", "svd_quant[1,2,3][Convolution] & adaround", "global calibration (svd_quant) is not implemented"),
+    ("global_calibration", "svd_quantt[1,2,3][Convolution] & adaround", "no global calibration method 'svd_quantt'"),
     ("mixed_precision_auto_search", "1,0.02,L", "mixed precision auto search is not implemented"),
     ("calibration_strategy_for_activation", "mean & <[Concat]:aciq_gauss>", "'aciq_gauss' is not implemented"),
     ("calibration_strategy_for_weight", "weighted_scale_param[0.1,0.2,0.3,0.4]", "is not implemented"),

@@ -82,7 +82,7 @@ def concat_rules(cfg, graph) -> Dict[str, UnifyRule]:
     return {n.name: rule for n in graph.nodes if n.type == OpType.Concat}
 
 
-def _decides_own_grid(qnode) -> bool:
+def decides_own_grid(qnode) -> bool:
     """Whether the quantized layer's output grid is its own choice, not its input's."""
     if not qnode.quantized or not qnode.outputs or qnode.outputs[0].qinvariant:
         return False
@@ -113,7 +113,7 @@ def key_layers(layer, producers: dict, qnodes: dict, max_depth: int):
         seen = {n.name for n in level}
         found = []
         for _ in range(max_depth + 1):
-            found = [n for n in level if n.name in qnodes and _decides_own_grid(qnodes[n.name])
+            found = [n for n in level if n.name in qnodes and decides_own_grid(qnodes[n.name])
                      and _activation_settings(n) == wanted]
             if found or not level:
                 break

@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 import torch
 from tqdm import tqdm
 
-from ...config import PerLayer, parse_per_layer
+from ...config import PerLayer, default_of, parse_per_layer
 from ...errors import ConfigError
 
 STAGES = ("before_calibration", "after_calibration")
@@ -58,12 +58,14 @@ class Context:
     """What a method may read and change: the float graph (after stage-1 passes), the
     per-layer settings (each node's attrs['qsettings'] while methods run), the
     calibration batches (`batches()` yields lists of graph inputs, read anew at each
-    call; `has_data` says whether the cfg gives any) and the device."""
+    call; `has_data` says whether the cfg gives any), the device, and the cfg's fields
+    per layer (`field_of(name, node)`)."""
     graph: object
     batches: Callable[[], Iterator[List[torch.Tensor]]]
     device: torch.device = torch.device("cpu")
     has_data: bool = True
     scope: Optional[Callable[[object], bool]] = None  # the running method's layers (OPT's [types], [(ids)], {regex})
+    field_of: Callable[[str, object], object] = lambda name, node: default_of(name)  # a cfg field for a layer (cfg.of)
 
     def progress(self, items, desc: str, total: int = None, unit: str = "layer") -> Iterator:
         return tqdm(items, desc=desc, total=total, unit=unit, leave=False)
@@ -105,8 +107,8 @@ def methods_of(spec) -> List[tuple]:
         method = METHODS.get(name)
         if method is None:
             known = ", ".join(sorted(METHODS)) or "none"
-            raise ConfigError(f"field 'global_calibration': method '{name}' is not implemented in npuopt "
-                              f"(implemented: {known})")
+            raise ConfigError(f"field 'global_calibration': no global calibration method '{name}'; "
+                              f"npuopt has: {known}")
         out.append((method, params, scope_of(text)))
     return out
 
