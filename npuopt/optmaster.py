@@ -265,6 +265,8 @@ class OptMaster:
         ran = run_stage(stage, self.cfg.global_calibration, Context(self.graph, self.calibration_batches,
                                                                    self.device, self.has_calibration_data(),
                                                                    field_of=self.cfg.of))
+        for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
+            self.settings.setdefault(node.name, node.attrs["qsettings"])
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)

@@ -3,8 +3,9 @@ small pre-norm block whose LayerNorm has outlier channels: the float function st
 the quantized output's error falls against no smoothing, a post-norm block (the norm
 also feeds the residual Add) is left alone, auto_tune finds a better alpha than the
 default, AWQ also balances a FullyConnected (RELU) into the next and its max_shrink
-finds weight ranges that lower the 4-bit error, and what npuopt lacks of OPT's params
-stops with one line."""
+finds weight ranges that lower the 4-bit error, insert_norm_if_none puts an identity
+BatchNorm before the FullyConnected layers nothing smooths (there the post-norm block's),
+and bad params stop with one line."""
 import numpy as np
 import pytest
 import torch
@@ -103,9 +104,7 @@ def test_a_norm_that_also_feeds_the_residual_is_left_alone(tmp_path):
 
 @pytest.mark.parametrize("method, said", [
     ("smooth_quant_zy[0.5,1,0.8,0.2]", "alpha_min and alpha_max must satisfy 0 <= alpha_min <= alpha_max <= 1"),
-    ("smooth_quant_zy[0.5,0,0,1,10,1]", "smooth_quant_zy's insert_norm_if_none is not implemented"),
     ("smooth_quant_zy[1.5]", r"default_alpha must lie in \[0, 1\], got 1.5"),
-    ("awq_zy[20,0,1]", "awq_zy's insert_norm_if_none is not implemented"),
     ("awq_zy[20,1.5]", r"awq_zy's max_shrink must lie in \[0, 1\], got 1.5"),
     ("awq_zy[0]", "awq_zy's n_grid must be an integer >= 1, got 0"),
 ])
@@ -143,3 +142,28 @@ def test_awq_max_shrink_plans_weight_ranges_that_lower_the_4bit_error(tmp_path):
     assert any(n.attrs.get("planned_ranges", {}).get("weights") for n in shrunk.graph.nodes)
     error, plain_error = output_error(shrunk, tmp_path)[0], output_error(plain, tmp_path)[0]
     assert error < 0.9 * plain_error, (error, plain_error)  # measured: 1.91 against 2.56
+
+
+@pytest.mark.parametrize("method, inserted", [("smooth_quant_zy[0.5,0,0,1,10,1]", ["fc1_pre_bn", "fc2_pre_bn"]),
+                                              ("awq_zy[20,0,1]", ["fc1_pre_bn"])])  # AWQ balances fc1 into fc2
+def test_insert_norm_if_none_smooths_through_a_batchnorm_of_its_own(tmp_path, caplog, method, inserted):
+    """The post-norm block's norm also feeds the residual, so it is left alone; with
+    insert_norm_if_none the FullyConnected layers get a BatchNorm each, which is
+    smoothed: the float function stays, the written IR has the layers, the error falls
+    (measured 0.4529 and 0.4509 against 0.4557)."""
+    block(tmp_path, post_norm=True)
+    nearest, _ = output_error(run(tmp_path, "none"), tmp_path)
+    with caplog.at_level("INFO", logger="npuopt"):
+        master = run(tmp_path, method)
+    assert f"insert_norm_if_none: a BatchNorm put before {len(inserted)} FullyConnected layers" in caplog.text
+    written = read_graph(master.report["quantized_ir"])
+    assert [n.name for n in written.nodes if n.type == "BatchNorm"] == inserted
+    bn = written.node("fc1_pre_bn")
+    assert bn.inputs[0].name == "rows" and written.node("fc1").inputs[0].name == bn.outputs[0].name
+    gamma = master.graph.node("fc1_pre_bn").get_constant("weights").betensor
+    assert float(gamma[OUTLIERS].max()) < 1.0  # the outlier channels divided in the BatchNorm, not the norm
+    x = torch.from_numpy(np.load(tmp_path / "data.npy"))
+    error, want = output_error(master, tmp_path)
+    assert torch.allclose(master.graph.forward([x])[0], want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    assert torch.equal(written.forward([x])[0], master.qgraph.forward([x])[0])
+    assert error < nearest, (error, nearest)

@@ -8,12 +8,17 @@ A producer is a norm layer (per-channel `weights` and `biases` on the last axis)
 where given, a FullyConnected layer whose fused activation is positively homogeneous
 (f(x / s) = f(x) / s: NONE, RELU, LEAKYRELU, PRELU), whose weight rows and biases are
 divided instead."""
+import copy
 from typing import Dict, List, Tuple
 
 import torch
 
+from ...dtype import Dtype
 from ...errors import ConfigError
+from ...logger import OPT_INFO
+from ...node import PyNode
 from ...registry import OpType
+from ...tensor import PyTensor
 from .. import qmath
 from .. import tensors as QT
 from ..settings import QuantMethod, settings_of
@@ -25,14 +30,60 @@ NORMS = (OpType.LayerNorm, OpType.RMSNorm, OpType.BatchNorm, OpType.GroupNorm, O
 
 
 def check_params(method: str, p: dict, share: str) -> None:
-    """One-line stops for what both methods refuse: a share of the range (`share`) above
-    1, and insert_norm_if_none (OPT: insert a BatchNorm before a FullyConnected layer
-    without a producer), which npuopt lacks."""
+    """One-line stop for what both methods refuse: a share of the range (`share`) above 1."""
     if p[share] > 1:
         raise ConfigError(f"field 'global_calibration': {method}'s {share} must lie in [0, 1], got {p[share]:g}")
-    if p["insert_norm_if_none"]:
-        raise ConfigError(f"field 'global_calibration': {method}'s insert_norm_if_none is not implemented in "
-                          "npuopt (leave it 0)")
+
+
+def pairs(ctx, producers, insert_norm_if_none: bool) -> Tuple[Dict[str, List[object]], List[str]]:
+    """smoothable(ctx, producers), after, with insert_norm_if_none, an identity
+    BatchNorm put before each FullyConnected layer in scope that no producer smooths
+    (OPT's insert_norm_if_none; also before those whose producer is left alone)."""
+    found, left = smoothable(ctx, producers)
+    if not insert_norm_if_none:
+        return found, left
+    paired = {fc.name for fcs in found.values() for fc in fcs}
+    taken = {n.name for n in ctx.graph.nodes} | {t.name for t in ctx.graph.tensors}
+    nodes, added = [], []
+    for node in ctx.graph.nodes:
+        if node.type == OpType.FullyConnected and node.name not in paired and ctx.in_scope(node) \
+                and _reads_last_axis(node):
+            added.append(insert_norm(node, taken))
+            nodes.append(added[-1])
+        nodes.append(node)
+    if added:
+        ctx.graph.nodes = nodes
+        ctx.graph.relink()
+        OPT_INFO(f"insert_norm_if_none: a BatchNorm put before {len(added)} FullyConnected layers "
+                 f"(e.g. '{added[0].name}')")
+        found, left = smoothable(ctx, producers)
+    return found, left
+
+
+def _reads_last_axis(fc) -> bool:
+    """Whether the FullyConnected layer's weight columns are its input's last axis."""
+    x = fc.inputs[0]
+    return bool(x.ir_shape) and fc.get_constant("weights").betensor.shape[-1] == x.ir_shape[-1]
+
+
+def insert_norm(fc, taken: set):
+    """A BatchNorm 'FC_pre_bn' (weights 1, biases 0 along the last axis: the identity)
+    made the reader of the FullyConnected layer `fc`'s input and its writer, with fc's
+    settings; its names added to `taken` (the graph's names)."""
+    x = fc.inputs[0]
+    name = f"{fc.name}_pre_bn"
+    while name in taken or f"{name}_out" in taken:
+        name += "_"
+    taken.update((name, f"{name}_out"))
+    ones = torch.ones(x.ir_shape[-1], dtype=torch.float32, device=x.betensor.device)
+    bn = PyNode(name, OpType.BatchNorm)
+    bn.params["axis"] = len(x.ir_shape) - 1
+    bn.constants["weights"] = PyTensor("weights", ones, Dtype.FP32, tuple(ones.shape))
+    bn.constants["biases"] = PyTensor("biases", torch.zeros_like(ones), Dtype.FP32, tuple(ones.shape))
+    bn.inputs, bn.outputs = [x], [PyTensor(f"{name}_out", dtype=x.dtype, ir_shape=x.ir_shape)]
+    fc.inputs[0] = bn.outputs[0]
+    bn.attrs["qsettings"] = copy.deepcopy(settings_of(fc))
+    return bn
 
 
 def smoothable(ctx, producers=NORMS) -> Tuple[Dict[str, List[object]], List[str]]:

@@ -12,12 +12,13 @@ the first rows of the producer's output. Then, where max_shrink > 0, the weight
 grids' ranges are shrunk by the ratio 1, 1 - 1/n_grid, ... (above 1 - max_shrink)
 with the least error, as a planned weight range (tensors.plan_weight_range).
 
-OPT's params: awq_zy[n_grid, max_shrink, insert_norm_if_none]. insert_norm_if_none
-(OPT: insert a BatchNorm before a FullyConnected layer without a producer) is not
-implemented and stops with one line. Where npuopt departs from OPT: mean|X_j| is over
-the whole calibration set (OPT: its first batch); a producer whose output other
-layers also read is left alone (OPT scales it anyway, which changes what those layers
-compute)."""
+OPT's params: awq_zy[n_grid, max_shrink, insert_norm_if_none]. With
+insert_norm_if_none, each FullyConnected layer in scope without a producer to balance
+first gets an identity BatchNorm of its own before it (as for smooth_quant_zy). Where
+npuopt departs from OPT: mean|X_j| is over the whole calibration set (OPT: its first
+batch); a producer whose output other layers also read is left alone (OPT scales it
+anyway, which changes what those layers compute); with insert_norm_if_none its
+FullyConnected readers get their own BatchNorm instead."""
 import torch
 
 from ...logger import OPT_INFO
@@ -25,7 +26,7 @@ from ...registry import OpType
 from .. import tensors as QT
 from . import global_calibration
 from ._layers import read_params
-from ._smoothing import NORMS, ChannelStatistics, check_params, quantized_error, smooth, smoothable, usable
+from ._smoothing import NORMS, ChannelStatistics, check_params, pairs, quantized_error, smooth, usable
 
 PARAMS = [  # name, default, minimum, integer
     ("n_grid", 20, 1, True),            # alphas tried: 0, 1/n_grid, ..., 1
@@ -64,7 +65,7 @@ def awq_zy(ctx, params) -> None:
     """AWQ: scale FullyConnected weight columns by their inputs' mean magnitude, searched per layer."""
     p = read_params("awq_zy", params, PARAMS)
     check_params("awq_zy", p, "max_shrink")
-    found, left = smoothable(ctx, PRODUCERS)
+    found, left = pairs(ctx, PRODUCERS, p["insert_norm_if_none"])
     stats = ChannelStatistics(ctx, list(found), "awq_zy: channel magnitudes") if found else None
     alphas = [r / p["n_grid"] for r in range(p["n_grid"] + 1)]
     chosen = []

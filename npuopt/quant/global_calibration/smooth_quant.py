@@ -23,16 +23,17 @@ insert_norm_if_none]. With auto_tune, each norm gets the alpha of nsteps in
 [alpha_min, alpha_max] whose FullyConnected outputs are nearest the float ones on
 SAMPLE_ROWS rows of the norm's output, with the layers' weight grids and an
 activation grid over those rows' range (OPT measures the SQNR of a quantized copy of
-the subgraph; the least squared error is the same choice). insert_norm_if_none (OPT:
-insert a BatchNorm before a FullyConnected without a norm) is not implemented and
-stops with one line."""
+the subgraph; the least squared error is the same choice). With insert_norm_if_none,
+each FullyConnected layer in scope that no norm smooths first gets an identity
+BatchNorm of its own before it (a layer more in the quantized IR: a rescale per
+channel), which is then smoothed; unlike OPT, also those behind a norm left alone."""
 import torch
 
 from ...errors import ConfigError
 from ...logger import OPT_INFO
 from . import global_calibration
 from ._layers import read_params
-from ._smoothing import ChannelStatistics, check_params, quantized_error, smooth, smoothable, usable
+from ._smoothing import NORMS, ChannelStatistics, check_params, pairs, quantized_error, smooth, usable
 
 PARAMS = [  # name, default, minimum, integer
     ("default_alpha", 0.5, 0, False),  # share of the activation range moved into the weights
@@ -60,7 +61,7 @@ def smooth_quant_zy(ctx, params) -> None:
     if p["auto_tune"] and not p["alpha_min"] <= p["alpha_max"] <= 1:
         raise ConfigError(f"field 'global_calibration': smooth_quant_zy's alpha_min and alpha_max must satisfy "
                           f"0 <= alpha_min <= alpha_max <= 1, got {p['alpha_min']:g} and {p['alpha_max']:g}")
-    found, left = smoothable(ctx)
+    found, left = pairs(ctx, NORMS, p["insert_norm_if_none"])
     stats = ChannelStatistics(ctx, list(found), "smooth_quant_zy: channel ranges") if found else None
     alphas = torch.linspace(p["alpha_min"], p["alpha_max"], p["nsteps"]).tolist() if p["auto_tune"] \
         else [p["default_alpha"]]
