@@ -285,6 +285,11 @@ class OptMaster:
                      "writes them in float32 (it does not emulate float16/bfloat16)")
         for node in self.graph.nodes:
             node.attrs["qsettings"] = self.settings[node.name]
+        restricted = sorted({st.quantize_method_for_weight for st in self.settings.values() if st.weight_bits <= 4
+                             and "restricted" in st.quantize_method_for_weight})
+        if restricted:
+            OPT_INFO(f"{restricted[0]} with 4 or fewer weight bits uses one level less than the bits give (-7..7 "
+                     "at 4 bits); per_channel_asymmetric or a *_full_range method keeps it (README: 4-bit weights)")
 
     def quantize(self) -> None:
         from .quant.plan_report import quantization_rows

@@ -216,3 +216,12 @@ def test_agreement_counts_unchanged_argmax():
     a.add(float_out, torch.tensor([[0.2, 0.8], [0.1, 0.9], [0.4, 0.6]]))  # the second sample flips
     a.add(float_out[:1], float_out[:1])
     assert a.same == 3 and a.count == 4 and a.fraction() == 0.75
+
+
+@pytest.mark.parametrize("method, hinted", [("per_channel_symmetric_restricted_range", True),
+                                            ("per_channel_asymmetric", False)])
+def test_4bit_weights_on_a_restricted_range_get_a_hint(tmp_path, caplog, method, hinted):
+    """A 4-bit restricted grid has 15 levels (-7..7); the log says what keeps the 16th."""
+    with caplog.at_level("INFO", logger="npuopt"):
+        run(tmp_path, weight_bits="4", quantize_method_for_weight=method, global_calibration="none")
+    assert ("uses one level less than the bits give" in caplog.text) == hinted
