@@ -145,6 +145,8 @@ def test_awq_max_shrink_plans_weight_ranges_that_lower_the_4bit_error(tmp_path):
 
 
 @pytest.mark.parametrize("method, inserted", [("smooth_quant_zy[0.5,0,0,1,10,1]", ["fc1_pre_bn", "fc2_pre_bn"]),
+                                              ("smooth_quant_zy[0.5,0,0,1,10,1][FullyConnected]",
+                                               ["fc1_pre_bn", "fc2_pre_bn"]),  # a scope without BatchNorm
                                               ("awq_zy[20,0,1]", ["fc1_pre_bn"])])  # AWQ balances fc1 into fc2
 def test_insert_norm_if_none_smooths_through_a_batchnorm_of_its_own(tmp_path, caplog, method, inserted):
     """The post-norm block's norm also feeds the residual, so it is left alone; with

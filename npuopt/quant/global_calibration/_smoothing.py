@@ -48,15 +48,16 @@ def pairs(ctx, producers, insert_norm_if_none: bool) -> Tuple[Dict[str, List[obj
     for node in ctx.graph.nodes:
         if node.type == OpType.FullyConnected and node.name not in paired and ctx.in_scope(node) \
                 and _reads_last_axis(node):
-            added.append(insert_norm(node, taken))
-            nodes.append(added[-1])
+            bn = insert_norm(node, taken)
+            found[bn.name] = [node]  # whatever the scope says of BatchNorm layers, as in OPT
+            added.append(bn)
+            nodes.append(bn)
         nodes.append(node)
     if added:
         ctx.graph.nodes = nodes
         ctx.graph.relink()
         OPT_INFO(f"insert_norm_if_none: a BatchNorm put before {len(added)} FullyConnected layers "
                  f"(e.g. '{added[0].name}')")
-        found, left = smoothable(ctx, producers)
     return found, left
 
 
@@ -75,7 +76,7 @@ def insert_norm(fc, taken: set):
     while name in taken or f"{name}_out" in taken:
         name += "_"
     taken.update((name, f"{name}_out"))
-    ones = torch.ones(x.ir_shape[-1], dtype=torch.float32, device=x.betensor.device)
+    ones = torch.ones(x.ir_shape[-1], dtype=torch.float32, device=fc.get_constant("weights").betensor.device)
     bn = PyNode(name, OpType.BatchNorm)
     bn.params["axis"] = len(x.ir_shape) - 1
     bn.constants["weights"] = PyTensor("weights", ones, Dtype.FP32, tuple(ones.shape))
