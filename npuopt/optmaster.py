@@ -67,6 +67,7 @@ class OptMaster:
         self.device = select_device(cfg.device)
         self.graph = None
         self.original = None  # the float graph as it was before global calibration edited it
+        self.float_edits = []  # the before-calibration methods that edited the float graph, as the cfg names them
         self.qgraph = None
         self.settings = None
         self.metric_dataset = None  # opened by check_metric_data, reused by evaluate
@@ -207,12 +208,19 @@ class OptMaster:
 
     # ---- steps 4-5 ---------------------------------------------------------
     def calibrate(self) -> None:
-        from .quant.statistics import load_statistics, save_statistics
+        from .quant.statistics import load_statistics_file, save_statistics
         cfg = self.cfg
         path = cfg.statistic_file
+        meta = {"before_calibration": self.float_edits}
         if path and os.path.isfile(path):
             OPT_INFO(f"statistic_file '{path}' exists: calibration skipped, statistics loaded from it")
-            stats = load_statistics(path)
+            stats, saved = load_statistics_file(path)
+            made = saved.get("before_calibration", [])
+            if made != self.float_edits:
+                said = lambda edits: f"global_calibration '{' & '.join(edits)}'" if edits else "no method"  # noqa: E731
+                raise ConfigError(f"statistic_file '{path}': its statistics are of the float graph as {said(made)} "
+                                  f"edited it, and this run's graph is as {said(self.float_edits)} edits it; "
+                                  "calibrate again (remove the file, or name another)")
         else:
             dataset = make_dataset(cfg.dataset, cfg.calibration_data)
             size = self.batch_size(cfg.calibration_batch_size)
@@ -226,12 +234,12 @@ class OptMaster:
             OPT_INFO(f"calibration: {len(dataset)} samples, statistics of {len(stats)} tensors")
             if path:
                 save_statistics(self.outputs.stage("field 'statistic_file'", path), stats,
-                                {"model": self.model_name, "samples": len(dataset)})
+                                {"model": self.model_name, "samples": len(dataset), **meta})
                 OPT_INFO(f"statistics saved to '{path}'")
             if cfg.save_statistic_info:
                 info = self.output_files["statistic info"]
                 save_statistics(self.outputs.stage("statistic info", info), stats,
-                                {"model": self.model_name, "samples": len(dataset)})
+                                {"model": self.model_name, "samples": len(dataset), **meta})
                 OPT_INFO(f"save_statistic_info: statistics saved to '{info}'")
         attach_statistics(self.graph, stats)
         self.report["calibration"] = {"statistic_file": path or None}
@@ -267,6 +275,9 @@ class OptMaster:
                                                                    field_of=self.cfg.of))
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
             self.settings.setdefault(node.name, node.attrs["qsettings"])
+        if stage == "before_calibration":  # what the statistics then describe (statistic_file)
+            edits = {m.name for m in methods if m.edits_float}
+            self.float_edits = [f"{name}{text}" for name, _, text in self.cfg.global_calibration if name in edits]
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)

@@ -61,8 +61,12 @@ MODELS = sorted(p.name for p in PARSER_IRS.iterdir() if (p / f"{p.name}.txt").is
 CONCAT_MODELS = [m for m in MODELS if "layer_type=Concat" in (PARSER_IRS / m / f"{m}.txt").read_text()]
 # models with Eltwise layers, with their branches on one grid (unify_scales_for_multi_inputs_operators)
 ELTWISE_MODELS = [m for m in MODELS if "layer_type=Eltwise" in (PARSER_IRS / m / f"{m}.txt").read_text()]
+# models with FullyConnected layers, each given an identity BatchNorm before it (insert_norm_if_none)
+FC_MODELS = [m for m in MODELS if "layer_type=FullyConnected" in (PARSER_IRS / m / f"{m}.txt").read_text()]
 MODEL_SETTINGS = {**SETTINGS, "unify_concat": ["unify_scales_for_concat=true"],
-                  "unify_eltwise": ["unify_scales_for_multi_inputs_operators=[(Eltwise,20,1.05,max)]"]}
+                  "unify_eltwise": ["unify_scales_for_multi_inputs_operators=[(Eltwise,20,1.05,max)]"],
+                  # calibrated anew: the model's statistic_file describes the graph without the BatchNorm layers
+                  "smooth_insert": ["global_calibration=smooth_quant_zy[0.5,0,0,1,10,1]", "statistic_file="]}
 CALIBRATION_IMAGES = 8
 VALIDATION_IMAGES = 2
 
@@ -383,7 +387,8 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
 @pytest.mark.shared
 @pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS]
                          + [pytest.param(m, "unify_concat", id=f"{m}-unify_concat") for m in CONCAT_MODELS]
-                         + [pytest.param(m, "unify_eltwise", id=f"{m}-unify_eltwise") for m in ELTWISE_MODELS])
+                         + [pytest.param(m, "unify_eltwise", id=f"{m}-unify_eltwise") for m in ELTWISE_MODELS]
+                         + [pytest.param(m, "smooth_insert", id=f"{m}-smooth_insert") for m in FC_MODELS])
 def test_model(model, setting, model_runs, record_property, tmp_path):
     run = model_runs[model, setting]
     assert not run.error, f"{run.label}: {run.error}"

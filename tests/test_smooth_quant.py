@@ -169,3 +169,24 @@ def test_insert_norm_if_none_smooths_through_a_batchnorm_of_its_own(tmp_path, ca
     assert torch.allclose(master.graph.forward([x])[0], want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
     assert torch.equal(written.forward([x])[0], master.qgraph.forward([x])[0])
     assert error < nearest, (error, nearest)
+
+
+def test_a_statistic_file_of_another_graph_edit_stops_with_one_line(tmp_path):
+    """Statistics describe the float graph as the before-calibration methods left it:
+    a file calibrated without smoothing cannot serve a run with it, nor the reverse."""
+    block(tmp_path, post_norm=False)
+    stats = str(tmp_path / "stats.pt")
+    run(tmp_path, "none", statistic_file=stats)
+    with pytest.raises(ConfigError, match=r"statistic_file '.*stats.pt': its statistics are of the float graph as "
+                                          r"no method edited it, and this run's graph is as global_calibration "
+                                          r"'smooth_quant_zy' edits it; calibrate again"):
+        run(tmp_path, "smooth_quant_zy", statistic_file=stats)
+    smoothed = str(tmp_path / "smoothed.pt")
+    first = run(tmp_path, "smooth_quant_zy", statistic_file=smoothed)
+    again = run(tmp_path, "smooth_quant_zy", statistic_file=smoothed)  # loaded: the same edit
+    assert again.report["calibration"]["statistic_file"] == smoothed
+    assert torch.equal(first.qgraph.forward([torch.ones(1, TOKENS, CHANNELS)])[0],
+                       again.qgraph.forward([torch.ones(1, TOKENS, CHANNELS)])[0])
+    with pytest.raises(ConfigError, match="as global_calibration 'smooth_quant_zy' edited it, and this run's graph "
+                                          "is as no method edits it"):
+        run(tmp_path, "none", statistic_file=smoothed)

@@ -5,7 +5,7 @@ told (`nonfinite` counts them) so it can warn, naming the tensor.
 """
 import math
 import os
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -184,10 +184,15 @@ def save_statistics(path: str, stats: Dict[str, Statistics], meta: dict) -> None
 
 
 def load_statistics(path: str) -> Dict[str, Statistics]:
+    return load_statistics_file(path)[0]
+
+
+def load_statistics_file(path: str) -> Tuple[Dict[str, Statistics], dict]:
+    """(the statistics, the meta saved with them)."""
     try:
         data = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
         raise ConfigError(f"statistic_file '{path}' cannot be read: {type(e).__name__}: {e}") from None
     if not isinstance(data, dict) or data.get("format") != "npuopt-statistics-1":
         raise ConfigError(f"statistic_file '{path}' is not an npuopt statistics file")
-    return {name: Statistics.from_state(st) for name, st in data["tensors"].items()}
+    return {name: Statistics.from_state(st) for name, st in data["tensors"].items()}, dict(data.get("meta") or {})
