@@ -39,9 +39,9 @@ METHODS = ("max", "min", "avg", "out", "skip")
 class UnifyRule:
     """How a layer's input branches get one grid. method: the unified scale is the
     largest (`max`, the finest grid) or smallest (`min`) or mean (`avg`) of the key
-    layers' scales, or the layer's own output range (`out`); `skip` leaves it alone."""
+    layers' scales, or the layer's own output range (`out`); `skip` leaves it alone.
+    (The cfg's threshold is not kept: the branches get identical grids.)"""
     search_depth: int   # 0: no limit
-    threshold: float
     method: str
 
 
@@ -53,7 +53,7 @@ def parse_rules(text: str) -> Dict[str, UnifyRule]:
         if len(parts) != 4 or parts[3].lower() not in METHODS:
             raise ConfigError(f"unify_scales_for_multi_inputs_operators: '({entry})' is not "
                               f"(Type, search_depth, threshold, {'|'.join(METHODS)})")
-        rules[parts[0].lower()] = UnifyRule(int(parts[1]), float(parts[2]), parts[3].lower())
+        rules[parts[0].lower()] = UnifyRule(int(parts[1]), parts[3].lower())
     return rules
 
 
@@ -78,7 +78,7 @@ def multi_input_rules(cfg, graph) -> Dict[str, UnifyRule]:
 
 def concat_rules(cfg, graph) -> Dict[str, UnifyRule]:
     """unify_scales_for_concat as rules: every Concat, the Concat's output range."""
-    rule = UnifyRule(cfg.unify_scales_for_concat_max_depth, cfg.unify_scales_for_concat_threshold, "out")
+    rule = UnifyRule(cfg.unify_scales_for_concat_max_depth, "out")
     return {n.name: rule for n in graph.nodes if n.type == OpType.Concat}
 
 
