@@ -129,6 +129,27 @@ def write_cfg(path: Path, **fields) -> Path:
     return path
 
 
+def run_cfg(path: Path, **fields):
+    """The OptMaster of one whole run of the cfg written at `path` with `fields`."""
+    from npuopt.config import load_config
+    from npuopt.optmaster import OptMaster
+    from npuopt.plugins import load_plugins
+    load_plugins()
+    master = OptMaster(load_config(str(write_cfg(path, **fields))))
+    master.run()
+    return master
+
+
+def output_mse(master, graph_txt: Path, x: torch.Tensor):
+    """(mean squared error of the run's quantized output against the float graph read
+    from `graph_txt`, the float output), on input x."""
+    from npuopt.ir import read_graph
+    from npuopt.quant.compare import dequantized
+    want = read_graph(str(graph_txt)).forward([x])[0]
+    got = dequantized(master.qgraph.output_tensors[0], master.qgraph.forward([x])[0])
+    return float(((got - want) ** 2).mean()), want
+
+
 # ---- the command line ------------------------------------------------------------
 def npuopt_env(plugin_path: Optional[Path] = None) -> dict:
     """The caller's environment without its AIPUPLUGIN_PATH, so runs see only the plugins a test gives."""

@@ -8,16 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from npuopt.config import load_config
 from npuopt.errors import ConfigError
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
-from npuopt.optmaster import OptMaster
-from npuopt.plugins import load_plugins
 from npuopt.quant.global_calibration import _layers
-from npuopt.quant.compare import dequantized
 
-from conftest import write_cfg
+from conftest import output_mse, run_cfg
 
 
 def small_model(path):
@@ -42,23 +38,18 @@ def small_model(path):
 
 def run(path, method, **fields):
     """The OptMaster of one run with 4-bit per-channel weights and `method`."""
-    load_plugins()
-    lines = {"graph": "small.txt", "model_name": "small", "output_dir": f"out_{method.split('[')[0]}",
-             "dataset": "NumpyDataset", "calibration_data": "data.npy", "calibration_batch_size": "16",
-             "weight_bits": "4", "quantize_method_for_weight": "per_channel_symmetric_restricted_range",
-             "quantize_method_for_activation": "per_tensor_asymmetric", "global_calibration": method, **fields}
-    master = OptMaster(load_config(str(write_cfg(path / f"{method.split('[')[0]}.cfg", **lines))))
-    master.run()
-    return master
+    name = method.split("[")[0]
+    return run_cfg(path / f"{name}.cfg", **{
+        "graph": "small.txt", "model_name": "small", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
+        "calibration_data": "data.npy", "calibration_batch_size": "16", "weight_bits": "4",
+        "quantize_method_for_weight": "per_channel_symmetric_restricted_range",
+        "quantize_method_for_activation": "per_tensor_asymmetric", "global_calibration": method, **fields})
 
 
 def output_error(master, path):
     """Mean squared error of the quantized output against the float model's (as read,
     before any method edited its biases) on the calibration data."""
-    x = torch.from_numpy(np.load(path / "data.npy"))
-    want = read_graph(str(path / "small.txt")).forward([x])[0]
-    got = dequantized(master.qgraph.output_tensors[0], master.qgraph.forward([x])[0])
-    return float(((got - want) ** 2).mean())
+    return output_mse(master, path / "small.txt", torch.from_numpy(np.load(path / "data.npy")))[0]
 
 
 @pytest.fixture(scope="module")

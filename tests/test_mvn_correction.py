@@ -9,15 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from npuopt.config import load_config
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
-from npuopt.optmaster import OptMaster
-from npuopt.plugins import load_plugins
 from npuopt.quant.compare import dequantized
 from npuopt.quant.global_calibration.mvn_correction import corrected_scale
 
-from conftest import write_cfg
+from conftest import run_cfg
 
 TOKENS, CHANNELS = 16, 32
 LARGE_TOKEN = 20.0  # token 0 of every sample is this much larger than the rest
@@ -53,13 +50,10 @@ def block(path, two_norms: bool = False):
 
 
 def run(path, method):
-    load_plugins()
     name = method.split("[")[0]
-    lines = {"graph": "block.txt", "model_name": "block", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
-             "calibration_data": "calib.npy", "calibration_batch_size": "8", "global_calibration": method}
-    master = OptMaster(load_config(str(write_cfg(path / f"{name}.cfg", **lines))))
-    master.run()
-    return master
+    return run_cfg(path / f"{name}.cfg", graph="block.txt", model_name="block", output_dir=f"out_{name}",
+                   dataset="NumpyDataset", calibration_data="calib.npy", calibration_batch_size="8",
+                   global_calibration=method)
 
 
 def output_error(master, path):

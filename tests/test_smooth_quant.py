@@ -10,15 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from npuopt.config import load_config
 from npuopt.errors import ConfigError
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
-from npuopt.optmaster import OptMaster
-from npuopt.plugins import load_plugins
-from npuopt.quant.compare import dequantized
 
-from conftest import write_cfg
+from conftest import output_mse, run_cfg
 
 TOKENS, CHANNELS, HIDDEN = 16, 32, 48
 OUTLIERS = [3, 17]
@@ -49,22 +45,16 @@ def block(path, post_norm: bool):
 
 
 def run(path, method, **fields):
-    load_plugins()
     name = method.split("[")[0]
-    lines = {"graph": "block.txt", "model_name": "block", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
-             "calibration_data": "data.npy", "calibration_batch_size": "8",
-             "quantize_method_for_weight": "per_channel_symmetric_restricted_range",
-             "global_calibration": method, **fields}
-    master = OptMaster(load_config(str(write_cfg(path / f"{name}.cfg", **lines))))
-    master.run()
-    return master
+    return run_cfg(path / f"{name}.cfg", **{
+        "graph": "block.txt", "model_name": "block", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
+        "calibration_data": "data.npy", "calibration_batch_size": "8",
+        "quantize_method_for_weight": "per_channel_symmetric_restricted_range", "global_calibration": method,
+        **fields})
 
 
 def output_error(master, path):
-    x = torch.from_numpy(np.load(path / "data.npy"))
-    want = read_graph(str(path / "block.txt")).forward([x])[0]
-    got = dequantized(master.qgraph.output_tensors[0], master.qgraph.forward([x])[0])
-    return float(((got - want) ** 2).mean()), want
+    return output_mse(master, path / "block.txt", torch.from_numpy(np.load(path / "data.npy")))
 
 
 def test_smoothing_keeps_the_float_function_and_lowers_the_error(tmp_path):

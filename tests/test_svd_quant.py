@@ -8,16 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from npuopt.config import load_config
 from npuopt.errors import ConfigError
-from npuopt.ir import read_graph, write_graph
+from npuopt.ir import write_graph
 from npuopt.ir.builder import GraphBuilder
-from npuopt.optmaster import OptMaster
-from npuopt.plugins import load_plugins
-from npuopt.quant.compare import dequantized
 from npuopt.quant.global_calibration.svd_quant import SpectrumFit, denoised_range, smoothed
 
-from conftest import write_cfg
+from conftest import output_mse, run_cfg
 
 TOKENS, CHANNELS = 16, 32
 
@@ -95,20 +91,14 @@ def block(path):
 
 
 def run(path, method):
-    load_plugins()
     name = f"run{len(list(path.glob('*.cfg')))}"
-    lines = {"graph": "block.txt", "model_name": "block", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
-             "calibration_data": "calib.npy", "calibration_batch_size": "8", "global_calibration": method,
-             "calibration_strategy_for_activation": "extrema"}
-    master = OptMaster(load_config(str(write_cfg(path / f"{name}.cfg", **lines))))
-    master.run()
-    return master
+    return run_cfg(path / f"{name}.cfg", graph="block.txt", model_name="block", output_dir=f"out_{name}",
+                   dataset="NumpyDataset", calibration_data="calib.npy", calibration_batch_size="8",
+                   global_calibration=method, calibration_strategy_for_activation="extrema")
 
 
 def output_error(master, path):
-    x = torch.from_numpy(np.load(path / "val.npy"))
-    want = read_graph(str(path / "block.txt")).forward([x])[0]
-    return float(((dequantized(master.qgraph.output_tensors[0], master.qgraph.forward([x])[0]) - want) ** 2).mean())
+    return output_mse(master, path / "block.txt", torch.from_numpy(np.load(path / "val.npy")))[0]
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from npuopt.config import load_config
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
-from npuopt.optmaster import OptMaster
-from npuopt.plugins import load_plugins
-from npuopt.quant.compare import dequantized
 
-from conftest import write_cfg
+from conftest import output_mse, run_cfg
 
 C = 4
 
@@ -67,14 +63,10 @@ def model(path, second_branch_act="RELU", chained=False, pools=1, join="Concat")
 
 
 def run(path, unify, **fields):
-    load_plugins()
     name = f"run{len(list(path.glob('*.cfg')))}"  # one cfg and output folder per run
-    lines = {"graph": "branches.txt", "model_name": "branches", "output_dir": f"out_{name}",
-             "dataset": "NumpyDataset", "calibration_data": "data.npy", "calibration_batch_size": "8",
-             "unify_scales_for_concat": unify, **fields}
-    master = OptMaster(load_config(str(write_cfg(path / f"{name}.cfg", **lines))))
-    master.run()
-    return master
+    return run_cfg(path / f"{name}.cfg", **{
+        "graph": "branches.txt", "model_name": "branches", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
+        "calibration_data": "data.npy", "calibration_batch_size": "8", "unify_scales_for_concat": unify, **fields})
 
 
 def rescales(master):
@@ -84,9 +76,7 @@ def rescales(master):
 
 
 def output_error(master, path):
-    x = torch.from_numpy(np.load(path / "data.npy"))
-    want = read_graph(str(path / "branches.txt")).forward([x])[0]
-    return float(((dequantized(master.qgraph.output_tensors[0], master.qgraph.forward([x])[0]) - want) ** 2).mean())
+    return output_mse(master, path / "branches.txt", torch.from_numpy(np.load(path / "data.npy")))[0]
 
 
 def test_the_branches_share_the_concats_grid_and_it_copies(tmp_path, caplog):
