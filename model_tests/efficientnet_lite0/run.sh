@@ -2,13 +2,6 @@
 # EfficientNet-Lite0: export the pretrained model, quantize it with opt.cfg, and
 # print float and quantized top-1 on the 500 `val` images and their agreement.
 # Extra arguments go to npuopt (e.g. --set calibration_strategy_for_activation=kld).
-# Needs ../shared beside the repo and the venv's npuopt/npuopt-export on PATH.
-set -e
-cd "$(dirname "$0")"
-if [ ! -f ../../../shared/data/imagenet_sample/labels.tsv ]; then
-    echo "SKIP efficientnet_lite0: ../shared/data/imagenet_sample is absent"; exit 0
-fi
-mkdir -p work
-[ -f work/lite0.txt ] || npuopt-export npuopt_export.models:efficientnet_lite0 --input-shape 1,3,224,224 -o work/lite0
-npuopt --cfg opt.cfg "$@"
-exec "${PYTHON:-python3}" ../check_report.py work/out/lite0_report.json --min TopKMetric=0.870 --min-agreement 0.982
+cd "$(dirname "$0")" || exit 1
+CHECKS="--min TopKMetric=0.870 --min-agreement 0.982"
+. ../lite0_run.sh
