@@ -53,12 +53,24 @@ def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, s
         raise Unsupported(f"layer '{node.name}': per-channel activations are not supported")
     if lo is None:
         lo, hi = activation_range(node, t, method.symmetric)
+    signed = min(lo, 0.0) < 0 if signed is None else signed
+    set_quantization(t, *activation_grid(node, lo, hi, signed), st.activation_bits, signed)
+
+
+def activation_grid(node, lo: float, hi: float, signed: bool = None) -> tuple:
+    """(scale, zp, qmin, qmax) of the layer's activation settings over [lo, hi] (widened
+    to include 0), signed when the range has negative values (or as asked)."""
+    st = settings_of(node)
+    method = QuantMethod.parse(st.quantize_method_for_activation)
     lo, hi = float(min(lo, 0.0)), float(max(hi, 0.0))
-    if signed is None:
-        signed = lo < 0
-    scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.activation_bits, method.symmetric,
-                                                      method.full_range, signed)
-    set_quantization(t, scale, zp, qmin, qmax, st.activation_bits, signed)
+    return qmath.linear_quant_params(lo, hi, st.activation_bits, method.symmetric, method.full_range,
+                                     lo < 0 if signed is None else signed)
+
+
+def on_activation_grid(node, v: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """v (float32) rounded to activation_grid(node, lo, hi), as real values."""
+    scale, zp, qmin, qmax = activation_grid(node, lo, hi)
+    return qmath.dequantize(qmath.quantize(v.to(torch.float32), scale, zp, qmin, qmax), scale, zp)
 
 
 def set_quantization(t: PyTensor, scale, zp, qmin: int, qmax: int, bits: int, signed: bool) -> None:

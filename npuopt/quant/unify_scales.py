@@ -28,7 +28,6 @@ from typing import Dict, List, Set
 from ..errors import ConfigError
 from ..logger import OPT_INFO, OPT_WARN
 from ..registry import OpType
-from . import qmath
 from . import tensors as QT
 from .settings import QuantMethod, settings_of
 
@@ -127,8 +126,7 @@ def key_layers(layer, producers: dict, qnodes: dict, max_depth: int):
 
 
 def _grid_scale(node, lo: float, hi: float) -> float:
-    bits, method = _activation_settings(node)
-    return qmath.linear_quant_params(lo, hi, bits, method.symmetric, method.full_range, lo < 0)[0]
+    return QT.activation_grid(node, lo, hi)[0]
 
 
 def unified_range(graph, layers: List[str], keys: List[str], method: str) -> tuple:

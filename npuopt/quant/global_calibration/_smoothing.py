@@ -19,9 +19,8 @@ from ...logger import OPT_INFO
 from ...node import PyNode
 from ...registry import OpType
 from ...tensor import PyTensor
-from .. import qmath
 from .. import tensors as QT
-from ..settings import QuantMethod, settings_of
+from ..settings import settings_of
 from . import one_thread
 from .equalization import HOMOGENEOUS
 
@@ -178,13 +177,8 @@ def quantized_error(producer, fcs, x: torch.Tensor, s: torch.Tensor) -> float:
     """Squared error of the FullyConnected outputs on rows x when X / s and W s are
     rounded to their grids (the producer's activation settings over the rows' range;
     each layer's weight settings and planned range), against the float outputs."""
-    st = settings_of(producer)
-    method = QuantMethod.parse(st.quantize_method_for_activation)
     xs = x.double() / s
-    lo, hi = min(float(xs.min()), 0.0), max(float(xs.max()), 0.0)
-    scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.activation_bits, method.symmetric,
-                                                      method.full_range, lo < 0)
-    xq = qmath.dequantize(qmath.quantize(xs.float(), scale, zp, qmin, qmax), scale, zp).double()
+    xq = QT.on_activation_grid(producer, xs, float(xs.min()), float(xs.max())).double()
     error = 0.0
     with one_thread():  # the choice must not follow the last bits of a threaded sum
         for fc in fcs:

@@ -87,16 +87,11 @@ class SpectrumFit:
     the float one's, in mean squared error."""
 
     def __init__(self, node, v: torch.Tensor):
-        st = settings_of(node)
-        self.bits, self.method = st.activation_bits, QuantMethod.parse(st.quantize_method_for_activation)
-        self.v = v.to(torch.float32)
+        self.node, self.v = node, v.to(torch.float32)
         self.spectrum = torch.fft.fft(self.v, norm="forward").abs()
 
     def distance(self, lo: float, hi: float) -> float:
-        lo, hi = min(lo, 0.0), max(hi, 0.0)
-        scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, self.bits, self.method.symmetric,
-                                                          self.method.full_range, lo < 0)
-        q = qmath.dequantize(qmath.quantize(self.v, scale, zp, qmin, qmax), scale, zp)
+        q = QT.on_activation_grid(self.node, self.v, lo, hi)
         return float(((torch.fft.fft(q, norm="forward").abs() - self.spectrum) ** 2).mean())
 
     def best(self, lo: float, hi: float, factors: List[float]) -> tuple:
