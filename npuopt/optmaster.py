@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import time
+from typing import List
 
 import numpy as np
 import torch
@@ -67,7 +68,6 @@ class OptMaster:
         self.device = select_device(cfg.device)
         self.graph = None
         self.original = None  # the float graph as it was before global calibration edited it
-        self.float_edits = []  # the before-calibration methods that edited the float graph, as the cfg names them
         self.qgraph = None
         self.settings = None
         self.metric_dataset = None  # opened by check_metric_data, reused by evaluate
@@ -207,19 +207,28 @@ class OptMaster:
                 call_metric(spec, metric, zeros, batch, self.labels_of(start, start + len(batch)))
 
     # ---- steps 4-5 ---------------------------------------------------------
+    def float_edits(self) -> List[str]:
+        """The cfg's before-calibration methods that edit the float graph, as it names
+        them: what the statistics describe, recorded in statistic_file."""
+        from .quant.global_calibration import methods_of
+        return [f"{name}{text}" for (name, _, text), (method, _, _) in
+                zip(self.cfg.global_calibration, methods_of(self.cfg.global_calibration))
+                if method.stage == "before_calibration" and method.edits_float]
+
     def calibrate(self) -> None:
         from .quant.statistics import load_statistics_file, save_statistics
         cfg = self.cfg
         path = cfg.statistic_file
-        meta = {"before_calibration": self.float_edits}
+        edits = self.float_edits()
+        meta = {"before_calibration": edits}
         if path and os.path.isfile(path):
             OPT_INFO(f"statistic_file '{path}' exists: calibration skipped, statistics loaded from it")
             stats, saved = load_statistics_file(path)
             made = saved.get("before_calibration", [])
-            if made != self.float_edits:
+            if made != edits:
                 said = lambda edits: f"global_calibration '{' & '.join(edits)}'" if edits else "no method"  # noqa: E731
                 raise ConfigError(f"statistic_file '{path}': its statistics are of the float graph as {said(made)} "
-                                  f"edited it, and this run's graph is as {said(self.float_edits)} edits it; "
+                                  f"edited it, and this run's graph is as {said(edits)} edits it; "
                                   "calibrate again (remove the file, or name another)")
         else:
             dataset = make_dataset(cfg.dataset, cfg.calibration_data)
@@ -275,9 +284,6 @@ class OptMaster:
                                                                    field_of=self.cfg.of))
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
             self.settings.setdefault(node.name, node.attrs["qsettings"])
-        if stage == "before_calibration":  # what the statistics then describe (statistic_file)
-            edits = {m.name for m in methods if m.edits_float}
-            self.float_edits = [f"{name}{text}" for name, _, text in self.cfg.global_calibration if name in edits]
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)
