@@ -319,10 +319,8 @@ def _global_calibration(s):
 
 
 def _global_calibration_unsupported(methods) -> str:
-    from .quant.global_calibration import METHODS
-    missing = [name for name, _, _ in methods if name not in METHODS]
-    return f"no global calibration method {', '.join(repr(m) for m in missing)}; " \
-           f"npuopt has: {', '.join(sorted(METHODS)) or 'none'}" if missing else ""
+    from .quant.global_calibration import unknown_methods
+    return unknown_methods(methods)
 
 
 def _mixed_precision(s):

@@ -99,18 +99,20 @@ def scope_of(text: str) -> Optional[Callable[[object], bool]]:
     return lambda node: bool(layers.get(node))
 
 
+def unknown_methods(spec) -> str:
+    """What is wrong with the names of the cfg's parsed global_calibration ("" if nothing)."""
+    missing = [name for name, _, _ in spec or [] if name not in METHODS]
+    return f"no global calibration method {', '.join(repr(m) for m in missing)}; " \
+           f"npuopt has: {', '.join(sorted(METHODS)) or 'none'}" if missing else ""
+
+
 def methods_of(spec) -> List[tuple]:
     """[(Method, params, scope)] of the cfg's parsed global_calibration (scope_of each
     method's text), unknown ones refused."""
-    out = []
-    for name, params, text in spec or []:
-        method = METHODS.get(name)
-        if method is None:
-            known = ", ".join(sorted(METHODS)) or "none"
-            raise ConfigError(f"field 'global_calibration': no global calibration method '{name}'; "
-                              f"npuopt has: {known}")
-        out.append((method, params, scope_of(text)))
-    return out
+    wrong = unknown_methods(spec)
+    if wrong:
+        raise ConfigError(f"field 'global_calibration': {wrong}")
+    return [(METHODS[name], params, scope_of(text)) for name, params, text in spec or []]
 
 
 def run_stage(stage: str, spec, ctx: Context) -> List[str]:
