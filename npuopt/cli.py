@@ -138,8 +138,8 @@ def _print_fields() -> None:
 
 
 def _print_plugins() -> None:
-    from .plugins import failures, load_plugins, plugin_dirs
-    from .registry import OP_FORWARDS, OP_QUANTIZERS, PLUGINS, PluginType
+    from .plugins import load_plugins, plugin_dirs
+    from .registry import OP_FORWARDS, OP_QUANTIZERS, PLUGINS, PluginType, failures
 
     load_plugins()
     click.echo("plugin folders: " + ", ".join(plugin_dirs()))

@@ -1,151 +1,27 @@
-"""The cfg file: an INI file with a [Common] section, checked against a field registry.
+"""The cfg field table: every field of the Compass Optimizer 4.2's cfg, with its syntax,
+and npuopt's own; the value parsers they use. Import cfg names from here (the
+machinery, npuopt/cfg_reader.py, is re-exported: importing this module is what
+registers the fields).
 
 Each field has a name, a default, a parser that validates and converts the
 text, and one line of help. Plugins may add fields with `register_field`.
-
-Every field of the Compass Optimizer 4.2's cfg is known here, with its syntax.
-A field either works as it does there, or is accepted with one logged line that
-says why it changes nothing in npuopt (`no_effect`: chip tiling, library flags),
-or stops the run with one line when its value asks for something npuopt does
-not implement yet (`unsupported`). Names are case-insensitive, as there.
-
-Fields marked `per_layer` also take the per-layer form
-`global & <[Type1,Type2]:v1> <[(id1,id2),(id3,id4)]:v2> <{name regex}:v3>`:
-layer-id ranges win over types (a type also matches an Activation's method),
-types over name patterns, and the global value applies to the rest.
+A field either works as it does in the Compass Optimizer, or is accepted with one
+logged line that says why it changes nothing in npuopt (`no_effect`: chip tiling,
+library flags), or stops the run with one line when its value asks for something
+npuopt does not implement yet (`unsupported`). Names are case-insensitive, as there.
 """
-import configparser
-import difflib
-import os
 import re
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
 
+from .cfg_reader import (FIELDS, Config, PerLayer, as_text, current_config, default_of, defaults,  # noqa: F401
+                         field_table, load_config, parse_field, parse_per_layer, register_field)
 from .errors import ConfigError
 from .outputs import safe_name
-from .quant.strategies import KNOWN as IMPLEMENTED_STRATEGIES, check_strategy
-
-
-@dataclass
-class Field:
-    name: str
-    default: str
-    parse: Callable[[str], object]
-    help: str
-    accepts: str
-    is_path: bool = False
-    no_effect: str = ""                 # why the field changes nothing in npuopt
-    unsupported: Optional[Callable[[object], str]] = None  # what a value asks that npuopt lacks ('' if none)
-    per_layer: bool = False
-    global_of: Optional[Callable[["PerLayer"], object]] = None  # the plain value of a per-layer one
-
-
-FIELDS: Dict[str, Field] = {}
-
-
-def register_field(name, default, parse, help, accepts, is_path=False, *, no_effect="", unsupported=None,
-                   per_layer=False, global_of=None) -> Field:
-    if per_layer:
-        parse = _per_layer(parse)
-        accepts += " (also per layer: 'v & <[Type,...]:v1> <[(id1,id2),...]:v2> <{name regex}:v3>')"
-    field = Field(name, default, parse, help, accepts, is_path, no_effect, unsupported, per_layer, global_of)
-    FIELDS[name] = field
-    return field
-
-
-# ---- per-layer values -----------------------------------------------------------------
-class PerLayer:
-    """A value that differs per layer (the cfg's `global & <key:value>...` form)."""
-
-    def __init__(self, default):
-        self.default = default
-        self.ranges: List[Tuple[int, int, object]] = []
-        self.types: Dict[str, object] = {}
-        self.names: List[Tuple[str, object]] = []
-
-    def values(self) -> list:
-        return [self.default] + [v for *_, v in self.ranges] + list(self.types.values()) + [v for _, v in self.names]
-
-    def local(self, node):
-        """(True, value) when a per-layer part names this layer, else (False, the global value)."""
-        lid = getattr(node, "layer_id", None)
-        for lo, hi, value in self.ranges:
-            if lid is not None and lo <= int(lid) <= hi:
-                return True, value
-        keys = [str(node.type).lower()]
-        if keys[0] == "activation":
-            keys.append(str(node.params.get("method", "")).lower())
-        for key in keys:
-            if key in self.types:
-                return True, self.types[key]
-        for pattern, value in self.names:
-            if re.match(pattern, node.name):
-                return True, value
-        return False, self.default
-
-    def get(self, node):
-        return self.local(node)[1]
-
-    def unmatched(self, nodes) -> List[str]:
-        """The per-layer keys that name no layer of `nodes` (most likely a typo)."""
-        nodes = list(nodes)
-        ids = [int(n.layer_id) for n in nodes if getattr(n, "layer_id", None) is not None]
-        kinds = {str(n.type).lower() for n in nodes}
-        kinds |= {str(n.params.get("method", "")).lower() for n in nodes if str(n.type).lower() == "activation"}
-        out = [f"[{t}]" for t in self.types if t not in kinds]
-        out += [f"[({lo},{hi})]" for lo, hi, _ in self.ranges if not any(lo <= i <= hi for i in ids)]
-        out += [f"{{{p}}}" for p, _ in self.names if not any(re.match(p, n.name) for n in nodes)]
-        return out
-
-
-_PART = re.compile(r"<([^<>]*)>")
-_RANGES = re.compile(r"\[\(\d+,\d+\)(,\(\d+,\d+\))*,?\]")
-_TYPES = re.compile(r"\[\w+(,\w+)*,?\]")
-
-
-def parse_per_layer(text: str, scalar: Callable[[str], object]) -> PerLayer:
-    """OPT's per-layer syntax; raises ValueError when the text does not follow it."""
-    head, sep, tail = text.partition("&")
-    result = PerLayer(scalar(head.strip()))
-    if not sep:
-        return result
-    tail = re.sub(r"\s+", "", tail)
-    if not tail or _PART.sub("", tail):
-        raise ValueError
-    for part in _PART.findall(tail):
-        key, colon, value = part.rpartition(":")
-        if not colon or not key:
-            raise ValueError
-        value = scalar(value)
-        if _RANGES.fullmatch(key):
-            ids = [int(x) for x in re.findall(r"\d+", key)]
-            result.ranges += [(ids[k], ids[k + 1], value) for k in range(0, len(ids), 2)]
-        elif _TYPES.fullmatch(key):
-            for kind in key.strip("[],").split(","):
-                result.types[kind.lower()] = value
-        elif key.startswith("{") and key.endswith("}"):
-            try:
-                re.compile(key[1:-1])
-            except re.error:
-                raise ValueError from None
-            result.names.append((key[1:-1], value))
-        else:
-            raise ValueError
-    return result
-
-
-def _per_layer(scalar):
-    def parse(s):
-        value = parse_per_layer(s, scalar)
-        return value if value.ranges or value.types or value.names else value.default
-    return parse
+from .quant.formats import QuantMethod
+from .quant.strategies import KNOWN as IMPLEMENTED_STRATEGIES, Strategy, check_strategy
+from .registry import unknown_global_calibrations
 
 
 # ---- value parsers: each raises ValueError when the text is not accepted ----
-def _text(s):
-    return s
-
-
 def _bool(s):
     low = s.strip().lower()
     if low in ("true", "1", "yes", "on"):
@@ -243,6 +119,11 @@ PER_BLOCK_METHODS = ("per_block_symmetric_restricted_range", "per_block_symmetri
                      "per_block_asymmetric")
 
 
+def _method(*choices):
+    choice = _choice(*choices)
+    return lambda s: QuantMethod(choice(s))
+
+
 def _per_block_unsupported(method) -> str:
     return (f"'{method}': per-block quantization is not implemented in npuopt yet"
             if str(method).startswith("per_block") else "")
@@ -255,13 +136,19 @@ CALIBRATION_STRATEGY = re.compile(
 
 
 def _strategy(s):
+    """A Strategy where npuopt implements it, else the text (which _strategy_unsupported refuses)."""
     s = re.sub(r"\s+", "", s).lower()
     if not CALIBRATION_STRATEGY.fullmatch(s):
         raise ValueError
-    return s
+    try:
+        return check_strategy(s)
+    except ConfigError:
+        return s
 
 
 def _strategy_unsupported(s) -> str:
+    if isinstance(s, Strategy):
+        return ""
     try:
         check_strategy(s)
     except ConfigError as e:
@@ -318,11 +205,6 @@ def _global_calibration(s):
     return methods
 
 
-def _global_calibration_unsupported(methods) -> str:
-    from .quant.global_calibration import unknown_methods
-    return unknown_methods(methods)
-
-
 def _mixed_precision(s):
     """'batches,threshold,L|G' -> (batches, threshold, less_equal)."""
     m = re.fullmatch(r"(\d+),(-?\d+\.?\d*),([GgLl])", re.sub(r"\s+", "", s))
@@ -376,22 +258,22 @@ _B = "true or false"
 _FILE_NAME = "a name without '/', '\\' or '..' (outputs stay in output_dir)"
 
 # ---- npuopt's fields (OPT's too, with its syntax) ------------------------------------------
-register_field("graph", "", _text, "the float IR graph file (.txt)", "a file path", is_path=True)
-register_field("bin", "", _text, "the IR weights file; default: the graph's name with .bin", "a file path", is_path=True)
+register_field("graph", "", as_text, "the float IR graph file (.txt)", "a file path", is_path=True)
+register_field("bin", "", as_text, "the IR weights file; default: the graph's name with .bin", "a file path", is_path=True)
 register_field("model_name", "", safe_name, "name of the model in outputs; default: the IR's model_name",
                _FILE_NAME)
-register_field("output_dir", "./npuopt_output", _text, "folder for the quantized IR, reports and dumps", "a folder path", is_path=True)
+register_field("output_dir", "./npuopt_output", as_text, "folder for the quantized IR, reports and dumps", "a folder path", is_path=True)
 register_field("out_ir_name", "", safe_name, "base name of the written IR (<out_ir_name>_o.txt); default: model_name",
                _FILE_NAME)
 register_field("quant_ir_name", "", safe_name, "OPT's older name of out_ir_name; when set, it wins over out_ir_name",
                _FILE_NAME)
-register_field("dataset", "", _text, "dataset plugin class that reads calibration_data and data (see npuopt --plugin)", "a dataset plugin name")
-register_field("calibration_data", "", _text, "input data file for calibration, read by the dataset plugin", "a file path", is_path=True)
+register_field("dataset", "", as_text, "dataset plugin class that reads calibration_data and data (see npuopt --plugin)", "a dataset plugin name")
+register_field("calibration_data", "", as_text, "input data file for calibration, read by the dataset plugin", "a file path", is_path=True)
 register_field("calibration_batch_size", "16", _int_in(1, 1 << 16), "batch size of calibration forwards", "an integer >= 1")
 register_field("calibration_shuffe", "false", _bool, "shuffle the calibration data (OPT's spelling, kept)", _B)
 register_field("metric", "", _name_list, "metric plugins, comma-separated, each with optional args: TopKMetric,TopKMetric(5)", "comma-separated plugin names like TopKMetric or TopKMetric(5)")
-register_field("data", "", _text, "input data file for metrics, read by the dataset plugin", "a file path", is_path=True)
-register_field("label", "", _text, "label file for metrics, read by the dataset plugin", "a file path", is_path=True)
+register_field("data", "", as_text, "input data file for metrics, read by the dataset plugin", "a file path", is_path=True)
+register_field("label", "", as_text, "label file for metrics, read by the dataset plugin", "a file path", is_path=True)
 register_field("metric_batch_size", "16", _int_in(1, 1 << 16), "batch size of metric forwards", "an integer >= 1")
 register_field("dataloader_workers", "0", _int_in(0, 256), "worker processes of the torch DataLoader (0: load in the main process)", "an integer >= 0")
 register_field("data_batch_dim", "0", _int_in(0, 64), "the batch axis of the data a dataset yields (set on the dataset class as data_batch_dim; a dataset with another axis than 0 defines collate_fn)", "an integer >= 0")
@@ -401,9 +283,9 @@ register_field("eval_original_model", "true", _bool, "compute the metrics on the
 register_field("eval_optimized_model", "true", _bool, "compute the metrics on the quantized model", _B)
 register_field("skip_optimization", "false", _bool, "skip calibration, quantization and writing the IR (metrics of the float model only)", _B)
 register_field("similarity_data_num", "4", _int_in(1, 1 << 16), "samples (of the first metric batch) used for the per-layer similarity of the report", "an integer >= 1")
-register_field("quantize_method_for_weight", "per_tensor_symmetric_restricted_range", _choice(*QUANTIZE_METHODS, *PER_BLOCK_METHODS),
+register_field("quantize_method_for_weight", "per_tensor_symmetric_restricted_range", _method(*QUANTIZE_METHODS, *PER_BLOCK_METHODS),
                "how weights are quantized", ", ".join(QUANTIZE_METHODS), per_layer=True, unsupported=_per_block_unsupported)
-register_field("quantize_method_for_activation", "per_tensor_symmetric_full_range", _choice(*QUANTIZE_METHODS),
+register_field("quantize_method_for_activation", "per_tensor_symmetric_full_range", _method(*QUANTIZE_METHODS),
                "how activations are quantized", ", ".join(QUANTIZE_METHODS), per_layer=True)
 register_field("weight_bits", "8", _int_in(2, 16), "bits of quantized weights", "an integer from 2 to 16", per_layer=True)
 register_field("activation_bits", "8", _int_in(8, 16), "bits of quantized activations", "an integer from 8 to 16", per_layer=True)
@@ -429,9 +311,9 @@ register_field("trim_infinity_before_statistic", "clip(-inf, inf)", _trim_infini
                "values a tensor's statistics see: clip(lo,hi) clamps to [lo,hi]; second(lo,hi) clamps to the "
                "smallest/largest value strictly inside (min(lo,0), max(hi,0)); the forward is unchanged",
                "clip(lo,hi) or second(lo,hi), bounds numbers or -inf/inf", per_layer=True)
-register_field("statistic_file", "", _text, "save calibration statistics here, or load them from here when it exists", "a file path", is_path=True)
+register_field("statistic_file", "", as_text, "save calibration statistics here, or load them from here when it exists", "a file path", is_path=True)
 register_field("save_statistic_info", "false", _bool, "also save the statistics as <output_dir>/<model_name>_statistic_info.npy", _B)
-register_field("opt_config", "", _text, "JSON file of per-layer overrides (see the written <name>_opt_template.json)", "a file path", is_path=True)
+register_field("opt_config", "", as_text, "JSON file of per-layer overrides (see the written <name>_opt_template.json)", "a file path", is_path=True)
 register_field("trigger_float_op", "disable", _float_ops,
                "layers kept in float: 'disable', comma-separated layer types/names, or OPT's float modes "
                "(float16_preferred, bfloat16_preferred, float32_preferred, with '!' and per layer)",
@@ -444,12 +326,12 @@ register_field("resize_degrade_to_nearest", "false", _bool, "Resize layers use t
 register_field("global_calibration", "auto", _global_calibration,
                "global calibration methods run on the whole graph with the calibration data (see README); "
                "auto: GPTQ where weights are per tensor or below 8 bits",
-               "auto, none, or methods like equalization & adaround[0,500] joined by &", unsupported=_global_calibration_unsupported)
+               "auto, none, or methods like equalization & adaround[0,500] joined by &", unsupported=unknown_global_calibrations)
 register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,
                "OPT's automatic 8/16-bit/float choice per layer: parsed, not implemented yet (batches 0: off)",
                "batches,threshold,L or G (like 1,0.02,L)", unsupported=_mixed_precision_unsupported)
 register_field("dump", "false", _bool, "write every tensor of the first batch as .npy into dump_dir", _B)
-register_field("dump_dir", "", _text, "folder for dumps; default: <output_dir>/dump", "a folder path", is_path=True)
+register_field("dump_dir", "", as_text, "folder for dumps; default: <output_dir>/dump", "a folder path", is_path=True)
 register_field("device", "auto", _choice("cpu", "cuda", "auto"), "where forwards run: cpu, cuda, or auto (cuda when available)", "cpu, cuda, auto")
 
 
@@ -496,7 +378,7 @@ _no_effect("compat_quantized_model_strategy", "8bSymWeightUnchange",
            "8bSymWeightUnchange, 8bAsymWeightTo16bSymWeight, sym, asym, fasymp, fsym",
            "npuopt reads float IRs only (no quantized-model import)")
 _no_effect("compat_quantized_model_int8_to_uint8", "false", _bool, _B, "npuopt reads float IRs only (no quantized-model import)")
-_no_effect("compat_quantized_model_ops", "", _text, "layer types", "npuopt reads float IRs only (no quantized-model import)")
+_no_effect("compat_quantized_model_ops", "", as_text, "layer types", "npuopt reads float IRs only (no quantized-model import)")
 _no_effect("compat_quantized_model_unify_shifts_mode", "auto", _choice("max", "mean", "auto", "none", "entropy"),
            "max, mean, auto, none, entropy", "npuopt reads float IRs only (no quantized-model import)")
 _no_effect("compat_quantized_model_left_shift_bits", "8", _int_in(2, 15), "an integer from 2 to 15",
@@ -516,7 +398,7 @@ def _not_yet(name, default, parse, accepts, help, what, per_layer=False):
     register_field(name, default, parse, help, accepts, unsupported=_not_default(what), per_layer=per_layer)
 
 
-_not_yet("qconfig", "", _text, "a QConfig plugin name", "OPT's QConfig plugins (per-layer settings by a script)",
+_not_yet("qconfig", "", as_text, "a QConfig plugin name", "OPT's QConfig plugins (per-layer settings by a script)",
          "a qconfig plugin; npuopt sets per-layer settings with the per-layer cfg syntax and opt_config")
 _not_yet("bias_effective_bits", "", lambda s: _int_in(16, 48)(s) if s.strip() else "", "empty or an integer from 16 to 48",
          "high bits of biases that take part in the computation (the rest zeroed)", "bias_effective_bits (zeroing low bias bits)",
@@ -529,7 +411,7 @@ _not_yet("force_dtype_int", "false", _bool, _B, "force signed integer outputs", 
 _not_yet("force_shift_positive", "false", _bool, _B, "force non-negative rescale shifts", "force_shift_positive", per_layer=True)
 _not_yet("fake_quant_scopes_for_debug", "", _pattern(r"|\[(\(\d+,\d+\),?)+\]"), "[(i,j),...]",
          "layer-id ranges run in float inside the quantized forward (debugging)", "fake_quant_scopes_for_debug")
-_not_yet("fake_quant_operators_for_debug", "", _text, "layer types", "layer types run in float inside the quantized forward (debugging)",
+_not_yet("fake_quant_operators_for_debug", "", as_text, "layer types", "layer types run in float inside the quantized forward (debugging)",
          "fake_quant_operators_for_debug")
 register_field("unify_scales_for_concat", "false", _bool,
                "give each Concat's input branches the Concat's output range, so it copies integers instead of "
@@ -563,124 +445,3 @@ _not_yet("export_parallel_batch", "false", _false_or_count, "false or an integer
 _not_yet("compat_quantized_model", "false", _bool, _B, "import an already quantized model",
          "compat_quantized_model (npuopt reads float IRs only)")
 _not_yet("enable_ds", "false", _bool, _B, "write dynamic-shape fields into the IR", "enable_ds (dynamic shapes)", per_layer=True)
-
-
-class Config:
-    """Parsed field values, as attributes; `source` is the cfg file; `per_layer` holds the
-    fields given in the per-layer form (their attribute is the global value)."""
-
-    def __init__(self, values: Dict[str, object], source: str = "<defaults>", per_layer=None, given=()):
-        self.__dict__.update(values)
-        self.source = source
-        self.per_layer: Dict[str, PerLayer] = dict(per_layer or {})
-        self.given = set(given)
-
-    def as_dict(self) -> Dict[str, object]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("source", "per_layer", "given")}
-
-    def of(self, name: str, node):
-        """The value of field `name` for layer `node`."""
-        pl = self.per_layer.get(name)
-        return pl.get(node) if pl is not None else getattr(self, name)
-
-
-def parse_field(name: str, text: str, source: str, base_dir: str = "."):
-    field = FIELDS.get(name)
-    if field is None:
-        close = difflib.get_close_matches(name, list(FIELDS), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; see npuopt --field"
-        raise ConfigError(f"{source}: unknown field '{name}'{hint}")
-    text = text.strip()
-    if field.is_path and text:
-        text = os.path.normpath(os.path.join(base_dir, os.path.expanduser(text)))
-    try:
-        value = field.parse(text) if (text or field.parse is _text) else field.parse(field.default)
-    except ValueError:
-        raise ConfigError(f"{source}: field '{name}': '{text}' is not accepted; expects {field.accepts}") from None
-    if field.unsupported is not None:
-        for v in (value.values() if isinstance(value, PerLayer) else [value]):
-            why = field.unsupported(v)
-            if why:
-                raise ConfigError(f"{source}: field '{name}': {why}")
-    return value
-
-
-def default_of(name: str):
-    """The default value of one field, parsed (its global value for per-layer fields)."""
-    return _plain(FIELDS[name], parse_field(name, FIELDS[name].default, "<defaults>"))
-
-
-def defaults(base_dir: str = ".") -> Config:
-    """Every field at its default; relative default paths are taken from `base_dir`, as if written there."""
-    values = {}
-    for name, f in FIELDS.items():
-        value = parse_field(name, f.default, "<defaults>", base_dir)
-        values[name] = _plain(f, value)
-    return Config(values)
-
-
-def _plain(field: Field, value):
-    if not isinstance(value, PerLayer):
-        return value
-    return field.global_of(value) if field.global_of else value.default
-
-
-_current: Config = None
-
-
-def current_config() -> Config:
-    """The cfg last loaded by load_config (defaults when none was): dataset plugins
-    are constructed with file names only, so they read their own fields here."""
-    return _current if _current is not None else defaults()
-
-
-def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
-    from .logger import OPT_INFO
-    if os.path.isdir(path):
-        raise ConfigError(f"cfg file '{path}' is a folder, not a file")
-    if not os.path.isfile(path):
-        raise ConfigError(f"cfg file '{path}' not found")
-    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
-    parser.optionxform = str.lower  # names are case-insensitive, as in the Compass Optimizer
-    try:
-        parser.read(path, encoding="utf-8")
-    except configparser.Error as e:
-        raise ConfigError(f"{path}: cannot parse: {str(e).splitlines()[0]}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x})") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read cfg file '{path}': {e.strerror or e}") from None
-    if "Common" not in parser:
-        raise ConfigError(f"{path}: no [Common] section")
-    base_dir = os.path.dirname(os.path.abspath(path))
-    values = defaults(base_dir).as_dict()
-    per_layer = {}
-    given = []
-    items = [(name, text, path, base_dir) for name, text in parser["Common"].items()]
-    items += [(name.strip().lower(), text, "--set", os.getcwd()) for name, text in (overrides or {}).items()]
-    for name, text, source, folder in items:
-        value = parse_field(name, text, source, folder)
-        values[name] = _plain(FIELDS[name], value)
-        if isinstance(value, PerLayer):
-            per_layer[name] = value
-        else:
-            per_layer.pop(name, None)
-        given.append(name)
-    if not values["graph"]:
-        raise ConfigError(f"{path}: field 'graph' is required (the float IR's .txt)")
-    if not values["output_dir"]:
-        raise ConfigError(f"{path}: field 'output_dir' is empty; give the folder for the outputs (default "
-                          f"{FIELDS['output_dir'].default})")
-    if values.get("quant_ir_name"):
-        values["out_ir_name"] = values["quant_ir_name"]
-    for name in dict.fromkeys(given):
-        why = FIELDS[name].no_effect
-        if why:
-            OPT_INFO(f"cfg field '{name}' is accepted and has no effect in npuopt: {why}")
-    global _current
-    _current = Config(values, path, per_layer, given)
-    return _current
-
-
-def field_table() -> List[Field]:
-    return list(FIELDS.values())

@@ -19,8 +19,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from .dtype import Dtype
 from .errors import DatasetError, PluginError, one_line
-from .plugins import failed_imports, plugin_code
-from .registry import PLUGINS, PluginType
+from .registry import PLUGINS, PluginType, failed_imports, plugin_code
 from .tensor import PyTensor
 
 

@@ -46,6 +46,26 @@ class Dtype(Enum):
                 return d
         raise IRError(f"no {'signed' if signed else 'unsigned'} integer dtype of {bits} bits")
 
+    @classmethod
+    def of_torch(cls, tp: torch.dtype) -> "Dtype":
+        """The dtype of a backend type (bool reads as uint8, as the tool chain has it)."""
+        if tp == torch.bool:
+            return cls.UINT8
+        if tp == torch.bfloat16:
+            return cls.BFP16
+        return cls.from_name(np.dtype(torch.zeros(0, dtype=tp).numpy().dtype).name)
+
+    @classmethod
+    def narrowest_holding(cls, vmin, vmax, force_int: bool = False) -> "Dtype":
+        """The 8-, 16- or 32-bit integer dtype holding [vmin, vmax]; unsigned when
+        vmin >= 0 unless `force_int`."""
+        signed = bool(vmin < 0) or force_int
+        for bits in (8, 16):
+            d = cls.integer(bits, signed)
+            if d.qmin <= vmin and vmax <= d.qmax:
+                return d
+        return cls.integer(32, signed)
+
     @property
     def is_float(self) -> bool:
         return self in (Dtype.FP32, Dtype.FP16, Dtype.BFP16, Dtype.FP64)

@@ -221,8 +221,7 @@ class PyGraph:
         """Every layer type has a forward; otherwise one error listing every missing type
         (with how many layers and the first of them), before anything runs."""
         import npuopt.ops  # noqa: F401  (built-in ops register on import)
-        from .plugins import failed_imports
-        from .registry import OP_FORWARDS
+        from .registry import OP_FORWARDS, failed_imports
         missing: Dict[str, List[str]] = OrderedDict()
         for node in self.nodes:
             if OP_FORWARDS.get(node.type) is None:

@@ -4,15 +4,19 @@ from typing import Dict, List
 
 import torch
 
+from .config import FIELDS, default_of
+from .dtype import Dtype
 from .errors import GraphError, IRError
-from .plugins import plugin_code
-from .registry import OP_FORWARDS, OP_QUANTIZERS
+from .quant.settings import COMPASS_CFG_ATTRS, settings_of
+from .quant.statistics import Statistics
+from .registry import OP_FORWARDS, OP_QUANTIZERS, plugin_code
 from .tensor import PyTensor, opt_form
 
 _MISSING = object()
 
 # attrs the Compass Optimizer's framework sets on every layer, derived here from what
-# npuopt knows: the layer's effective settings (cfg + opt_config) and its tensors
+# npuopt knows: the layer's effective settings (cfg + opt_config, with the cfg fields
+# OPT copies onto every layer: quant/settings.py COMPASS_CFG_ATTRS) and its tensors
 _FROM_SETTINGS = {
     "q_bits_activation": "activation_bits", "q_bits_weight": "weight_bits", "q_bits_bias": "bias_bits",
     "q_mode_activation": "quantize_method_for_activation", "q_mode_weight": "quantize_method_for_weight",
@@ -21,19 +25,7 @@ _FROM_SETTINGS = {
     "multiplier_bits": "multiplier_bits", "histc_bins": "histc_bins", "trigger_float_op": "trigger_float_op",
     "unify_shifts_for_aiff": "unify_shifts_for_aiff",
 }
-# attrs the Compass Optimizer copies from cfg fields npuopt has no per-layer setting for
-# (read with the field's per-layer form); values the plugins see, with OPT's meaning
-_FROM_CFG = {
-    "quant_type": "quant_type", "weight_block_size": "weight_block_size",
-    "activation_block_size": "activation_block_size", "running_statistic_momentum": "running_statistic_momentum",
-    "activation_perchannel_min_elements": "activation_perchannel_min_elements",
-    "regularize_activation_perchannel_scales": "regularize_activation_perchannel_scales",
-    "resize_degrade_to_nearest": "resize_degrade_to_nearest", "with_winograd": "with_winograd",
-    "min_compatible_zhouyi_target": "min_compatible_zhouyi_target",
-    "bias_effective_bits_auto_adaption": "bias_effective_bits_auto_adaption",
-    "force_dtype_int": "force_dtype_int", "force_shift_positive": "force_shift_positive",
-}
-_DERIVED = set(_FROM_SETTINGS) | set(_FROM_CFG) | {
+_DERIVED = set(_FROM_SETTINGS) | set(COMPASS_CFG_ATTRS) | {
     "layer_id", "current_batch_size", "batch_size_in_IR", "layer_top_type_original", "q_mode_bias",
     "q_strategy_bias", "bias_effective_bits", "debug_fake_quantize"}
 
@@ -113,19 +105,18 @@ class PyNode:
             return False
         if key in ("q_mode_bias", "q_strategy_bias"):  # the weights' (biases follow them)
             return self.attrs[key.replace("bias", "weight")]
-        from .quant.settings import settings_of
         st = settings_of(self)
         if key == "bias_effective_bits":
-            value = self._cfg_value("bias_effective_bits")
+            value = self._cfg_value(st, "bias_effective_bits")
             return int(value) if value not in ("", None) else st.bias_bits
-        if key in _FROM_SETTINGS and hasattr(st, _FROM_SETTINGS[key]):
+        if key in _FROM_SETTINGS:
             return getattr(st, _FROM_SETTINGS[key])
-        return self._cfg_value(_FROM_CFG.get(key, key))
+        return self._cfg_value(st, key)
 
-    def _cfg_value(self, field: str):
-        from .config import current_config
-        cfg = current_config()
-        return cfg.of(field, self) if hasattr(cfg, field) else False
+    @staticmethod
+    def _cfg_value(st, field: str):
+        """A cfg field as this layer's settings carry it (the field's default for settings made without a cfg)."""
+        return st.cfg_attrs[field] if field in st.cfg_attrs else default_of(field) if field in FIELDS else False
 
     # flags the Compass Optimizer keeps in attrs
     approximated = property(lambda self: bool(dict.get(self.attrs, "approximated", False)),
@@ -155,11 +146,10 @@ class PyNode:
         constant (of `dtype`, else the narrowest integer type holding it), a one-value
         tensor or a number as a param (cast to int or float by `dtype`), anything else as
         a param unchanged."""
-        from .utils.dtype_utils import range2dtype
         if isinstance(value, torch.Tensor) and value.numel() > 1:
             if dtype is None:
                 lo, hi = value.min().item(), value.max().item()
-                dtype = range2dtype(lo, hi, force_int=lo < 0)[1]
+                dtype = Dtype.narrowest_holding(lo, hi, force_int=lo < 0)
             self.constants[key] = PyTensor(f"{self.name}_{key}", value.to(dtype.torch_dtype), dtype)
         elif isinstance(value, torch.Tensor) or (isinstance(value, (int, float)) and dtype is not None):
             v = value.item() if isinstance(value, torch.Tensor) else value
@@ -238,8 +228,6 @@ class PyNode:
     def _observe_placeholders(self) -> None:
         """Placeholders (a layer's internal tensors) gather statistics on every float
         forward, so that a quantize function finds them calibrated like outputs."""
-        from .quant.statistics import Statistics
-        from .quant.settings import settings_of
         for t in self.placeholders:
             if isinstance(t.betensor, torch.Tensor) and t.betensor.is_floating_point() and t.betensor.numel():
                 if t.statistics is None:

@@ -39,6 +39,18 @@ def _real(path: str) -> str:
     return os.path.realpath(os.path.abspath(path))
 
 
+def run_inputs(cfg) -> dict:
+    """The files a run reads (a dataset file without its ':split' selector), which it never overwrites."""
+    files = {f"field '{name}'": getattr(cfg, name) for name in ("graph", "calibration_data", "data", "label",
+                                                                 "opt_config")}
+    files = {what: p if os.path.exists(p) else p.split(":")[0] for what, p in files.items() if p}
+    files["field 'bin'"] = cfg.bin or os.path.splitext(cfg.graph)[0] + ".bin"
+    if os.path.isfile(cfg.statistic_file):  # else it is an output
+        files["field 'statistic_file'"] = cfg.statistic_file
+    files["the cfg file"] = cfg.source
+    return files
+
+
 class RunOutputs:
     """The outputs of one run; `inputs` maps a cfg field (or what it is) to a file the
     run reads and must never overwrite."""

@@ -12,33 +12,23 @@ Each file is executed once whatever name imports it. While a folder's files load
 its X.py also stands for a built-in `npuopt.ops.X` of the same name (the user's
 module wins there too); built-in ops keep their own modules.
 """
-import contextlib
 import importlib.abc
 import importlib.util
 import os
 import sys
 import traceback
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Dict, List, Optional
 
-from .errors import NpuoptError, PluginError, one_line
 from .logger import OPT_DEBUG, OPT_WARN
-from .registry import OP_APPROXIMATORS, OP_FORWARDS, OP_QUANTIZERS, PLUGINS, Registration
+from .registry import OP_APPROXIMATORS, OP_FORWARDS, OP_QUANTIZERS, PLUGINS, PluginFailure, failures
 
 SIBLING_PACKAGES = ("npuopt.ops", "npuopt.plugins")
 # makes `npuopt.plugins.X` importable (a package's submodule); the finder below resolves X
 __path__: List[str] = []
 
 
-@dataclass
-class PluginFailure:
-    path: str
-    error: str
-
-
 _loaded: List[str] = []
-failures: List[PluginFailure] = []
 _modules: Dict[str, ModuleType] = {}   # real path -> the module of that file
 _dirs: List[str] = []                  # plugin folders, the one loading now first
 
@@ -112,8 +102,10 @@ def _install_finder(dirs: List[str]) -> None:
 
 
 def load_plugins() -> None:
-    """Import the built-in ops, then every plugin file found; idempotent."""
+    """Import the built-in ops and global calibration methods, then every plugin file
+    found; idempotent. Every registry is complete afterwards: call it before reading a cfg."""
     import npuopt.ops  # noqa: F401  (built-in ops register on import)
+    import npuopt.quant.global_calibration  # noqa: F401  (so do the built-in methods)
 
     dirs = plugin_dirs()
     _install_finder(dirs)
@@ -177,29 +169,6 @@ def _import_file(path: str) -> ModuleType:
         raise
     OPT_DEBUG(f"loaded plugin file {path}")
     return module
-
-
-@contextlib.contextmanager
-def plugin_code(reg: Registration, what: str):
-    """Runs the code of registration `reg`: what a user's plugin raises (or a sys.exit in it)
-    becomes one PluginError naming its file and `what` it was doing (e.g. "the forward of
-    layer 'prob' (Softmax)"); npuopt's own errors and built-in code pass unchanged."""
-    try:
-        yield
-    except NpuoptError:
-        raise
-    except (Exception, SystemExit) as e:
-        if reg.builtin:
-            raise
-        raise PluginError(f"plugin '{reg.source}': {what} failed: {type(e).__name__}: {one_line(e)}") from e
-
-
-def failed_imports() -> str:
-    """'; plugin file(s) that failed to import: ...' when some did, for the error saying that
-    a dataset, metric or layer type was not found (it may be in one of them), else ''."""
-    if not failures:
-        return ""
-    return "; plugin file(s) that failed to import: " + ", ".join(f"'{f.path}' ({f.error})" for f in failures)
 
 
 def _load_file(path: str) -> None:

@@ -1,4 +1,5 @@
-"""Registries of op forwards, op quantizers, datasets and metrics.
+"""Registries of op forwards, op quantizers, datasets, metrics and global calibration
+methods, and the guard that runs a registered plugin's code.
 
 Built-in ops and user plugins register through the same decorators. For one
 key, a user's registration always wins over a built-in one (and says so once,
@@ -6,6 +7,7 @@ naming both files); among the user's, or among the built-ins, the highest
 version wins, then the one registered last. Dataset and metric names are
 case-insensitive, as in the Compass Optimizer.
 """
+import contextlib
 import functools
 import inspect
 import os
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Dict, List
 
-from .errors import PluginError
+from .errors import NpuoptError, PluginError, one_line
 from .logger import OPT_INFO
 
 
@@ -61,6 +63,9 @@ def register_optype(name: str) -> str:
 
 for _name in _BUILTIN_OPTYPES:
     register_optype(_name)
+
+# the layers that only convert between float and integers, at a float layer's boundaries
+BOUNDARY_TYPES = (OpType.Quantize, OpType.DeQuantize)
 
 
 class PluginType(Enum):
@@ -225,3 +230,74 @@ def register_plugin(plugin_type: PluginType, version="1.0"):
         PLUGINS[plugin_type].add(cls.__name__, version, cls, _source_of(cls))
         return cls
     return deco
+
+
+# ---- global calibration methods (npuopt/quant/global_calibration; plugins' too) --------
+GLOBAL_CALIBRATION_STAGES = ("before_calibration", "after_calibration")
+
+
+@dataclass(frozen=True)
+class GlobalCalibrationMethod:
+    name: str
+    stage: str
+    run: Callable
+    doc: str
+    edits_float: bool  # whether it changes the float graph (not only the plan): the metrics then need a copy
+
+
+GLOBAL_CALIBRATIONS: Dict[str, GlobalCalibrationMethod] = {}
+
+
+def global_calibration(name: str, stage: str, edits_float: bool = True):
+    """Register a global calibration method `fn(ctx, params)` under `name`, run at
+    `stage`; `edits_float=False` says it only plans (roundings, ranges) and leaves the
+    float graph's weights and biases as they are."""
+    if stage not in GLOBAL_CALIBRATION_STAGES:
+        raise ValueError(f"global calibration '{name}': stage must be one of {GLOBAL_CALIBRATION_STAGES}")
+
+    def wrap(fn):
+        GLOBAL_CALIBRATIONS[name.lower()] = GlobalCalibrationMethod(
+            name.lower(), stage, fn, (fn.__doc__ or "").strip().split("\n")[0], edits_float)
+        return fn
+    return wrap
+
+
+def unknown_global_calibrations(spec) -> str:
+    """What is wrong with the names of a parsed global_calibration [(name, params, text)]
+    ("" if nothing): the one message for unknown method names."""
+    missing = [name for name, _, _ in spec or [] if name not in GLOBAL_CALIBRATIONS]
+    return f"no global calibration method {', '.join(repr(m) for m in missing)}; " \
+           f"npuopt has: {', '.join(sorted(GLOBAL_CALIBRATIONS)) or 'none'}" if missing else ""
+
+
+# ---- running a registration's code ----------------------------------------------------
+@dataclass
+class PluginFailure:
+    path: str
+    error: str
+
+
+failures: List[PluginFailure] = []  # plugin files that failed to import (npuopt/plugins.py)
+
+
+@contextlib.contextmanager
+def plugin_code(reg: Registration, what: str):
+    """Runs the code of registration `reg`: what a user's plugin raises (or a sys.exit in it)
+    becomes one PluginError naming its file and `what` it was doing (e.g. "the forward of
+    layer 'prob' (Softmax)"); npuopt's own errors and built-in code pass unchanged."""
+    try:
+        yield
+    except NpuoptError:
+        raise
+    except (Exception, SystemExit) as e:
+        if reg.builtin:
+            raise
+        raise PluginError(f"plugin '{reg.source}': {what} failed: {type(e).__name__}: {one_line(e)}") from e
+
+
+def failed_imports() -> str:
+    """'; plugin file(s) that failed to import: ...' when some did, for the error saying that
+    a dataset, metric or layer type was not found (it may be in one of them), else ''."""
+    if not failures:
+        return ""
+    return "; plugin file(s) that failed to import: " + ", ".join(f"'{f.path}' ({f.error})" for f in failures)

@@ -6,6 +6,8 @@ import numpy as np
 import torch
 
 from .dtype import Dtype
+from .quant.statistics import Statistics
+from .quant.strategies import activation_range_of
 
 
 class TensorShape(tuple):
@@ -37,8 +39,7 @@ def _as_value(value, dtype: Optional[Dtype]):
     elif not isinstance(value, torch.Tensor):
         value = torch.tensor(value)
     if dtype is None:
-        from .utils.dtype_utils import torch_type2dtype
-        dtype = Dtype.BOOL if value.dtype == torch.bool else torch_type2dtype(value.dtype)
+        dtype = Dtype.BOOL if value.dtype == torch.bool else Dtype.of_torch(value.dtype)
     return value, dtype
 
 
@@ -168,21 +169,22 @@ class PyTensor:
 
     def _calibrated(self, key: str):
         """min/max (per tensor) or min_key_axis/max_key_axis (along key_axis): what was
-        set, else from the statistics with the producing layer's activation strategy
-        (widened to include 0), else the extrema of the current value."""
+        set, else from the statistics with the producing layer's activation settings
+        (its attrs['qsettings'], as the quantizer takes them: widened to include 0),
+        else the extrema of the statistics or of the current value."""
         if key in self._range:
             return self._range[key]
         per_channel = key.endswith("_key_axis")
         if per_channel and self.key_axis is None:
             return None
-        from .quant.statistics import Statistics
         stats = self.statistics
         if stats is None or stats.empty or (per_channel and stats.axis != self.key_axis):
             stats = Statistics.of_constant(self.betensor.detach().float().cpu(), 2048,
                                            self.key_axis if per_channel else None)
-        if self.pnode is not None and not per_channel and stats is self.statistics:
-            from .quant.tensors import activation_range
-            lo, hi = activation_range(self.pnode, self, symmetric=False)
+        st = dict.get(self.pnode.attrs, "qsettings") if self.pnode is not None else None
+        if st is not None and not per_channel and stats is self.statistics:
+            lo, hi = activation_range_of(stats, st.calibration_strategy_for_activation, st.activation_bits,
+                                         st.quantize_method_for_activation.symmetric)
         else:
             lo, hi = stats.min, stats.max
         return lo if key.startswith("min") else hi

@@ -193,16 +193,16 @@ def run_in_process(*args, verbose: bool = False):
     """`npuopt ARGS` through click in this process: cheap, for checks that need no clean process."""
     from click.testing import CliRunner
 
-    from npuopt import config
+    from npuopt import cfg_reader
     from npuopt.cli import main
     from npuopt.logger import set_verbose
 
-    active_cfg = config._current
+    active_cfg = cfg_reader._current
     try:
         return CliRunner().invoke(main, [*map(str, args)] + (["--verbose"] if verbose else []))
     finally:
         set_verbose(False)
-        config._current = active_cfg
+        cfg_reader._current = active_cfg
 
 
 def assert_verbose_traceback(*args, fragment: str) -> None:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-import npuopt.optmaster as optmaster
+import npuopt.feed as feed
 from npuopt.graph import WORKING_COPIES
 from npuopt.quant.statistics import SUM_SLICE, Statistics
 from test_pipeline import run
@@ -34,7 +34,7 @@ def test_chunked_evaluation_gives_the_same_report(tmp_path, monkeypatch):
         calls.append(inputs[0].shape[0])
         return forward(self, inputs, **kwargs)
 
-    monkeypatch.setattr(optmaster, "FORWARD_BUDGET", per_sample * 3)
+    monkeypatch.setattr(feed, "FORWARD_BUDGET", per_sample * 3)
     monkeypatch.setattr(type(master.qgraph), "forward", counting)
     _, chunked = run(tmp_path / "chunked")
     # metric batches of 25 ran 3 samples at a time (calibration keeps its batches of 16)

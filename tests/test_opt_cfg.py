@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from npuopt import config
+from npuopt import cfg_reader, config
 from npuopt.config import PerLayer, load_config, parse_field
 from npuopt.data import batches, collate_of, metric_report, split_batch
 from npuopt.errors import ConfigError
 from npuopt.metric import OptBaseMetric
-from npuopt.optmaster import OptMaster, quantized_graph_edits, trimmed
+from npuopt.optmaster import OptMaster
+from npuopt.quant.calibration import trimmed
+from npuopt.quant.quantizer import quantized_graph_edits
 from npuopt.registry import PluginType, register_plugin
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny_cnn"
@@ -188,7 +190,7 @@ def test_a_field_without_effect_says_why_once(tmp_path):
 @pytest.fixture(scope="module")
 def per_layer_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("per_layer")
-    config._current = None
+    cfg_reader._current = None
     cfg = tiny(tmp, weight_bits="8 & <[(3,3)]:4> <{branch_.*}:6>", activation_bits="8 & <[(6,7)]:16>",
                quantize_method_for_weight="per_tensor_symmetric_restricted_range & <[Convolution]:per_channel_symmetric_restricted_range>",
                trigger_float_op="disable & <[Softmax]:float16_preferred>", set_qinvariant_for_start_nodes="0",

@@ -9,7 +9,7 @@ import torch
 import npuopt.quant.calibration as calibration_mod
 import npuopt.quant.quantizer as quantizer_mod
 from npuopt.config import load_config
-from npuopt.errors import DatasetError, NpuoptError, QuantizeError
+from npuopt.errors import DatasetError, NpuoptError
 from npuopt.ir import read_graph
 from npuopt.optmaster import OptMaster
 from npuopt.plugins import load_plugins
@@ -210,8 +210,8 @@ def test_layer_type_without_quantizer_stays_float(tmp_path, warnings):
 
 
 def test_agreement_counts_unchanged_argmax():
-    from npuopt.optmaster import _Agreement
-    a = _Agreement()
+    from npuopt.evaluation import Agreement
+    a = Agreement()
     float_out = torch.tensor([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]])
     a.add(float_out, torch.tensor([[0.2, 0.8], [0.1, 0.9], [0.4, 0.6]]))  # the second sample flips
     a.add(float_out[:1], float_out[:1])

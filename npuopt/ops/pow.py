@@ -24,7 +24,7 @@ from ..errors import IRError
 from ..quant import fields, qmath
 from ..quant import tensors as QT
 from ..quant.fields import Rescale
-from ..quant.settings import QuantMethod, settings_of
+from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ._broadcast import check_inputs, float_operands
 from ._unary import _indexed_from
@@ -84,7 +84,7 @@ def pow_quantize(self, *args):
         raise QT.Unsupported(f"layer '{self.name}' (Pow): a signed base with a non-integer (quantized) exponent; "
                              f"the tool chain's sign step needs an integer exponent, npuopt keeps it in float")
     st = settings_of(self)
-    method = QuantMethod.parse(st.quantize_method_for_activation)
+    method = st.quantize_method_for_activation
     lo, hi = QT.activation_range(self, out, True)
     scale, zp, qmin, qmax = qmath.linear_quant_params(min(lo, 0.0), max(hi, 0.0), st.activation_bits, True,
                                                       method.full_range, signed)

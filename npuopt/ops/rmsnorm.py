@@ -17,7 +17,7 @@ import torch
 
 from ..quant import tensors as QT
 from ..quant.fields import Rescale
-from ..quant.settings import QuantMethod, settings_of
+from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from . import _norm
 
@@ -48,7 +48,7 @@ def rmsnorm_quantize(self, *args):
     out_t = self.outputs[0]
     axes = _norm.check_axes(self, self.get_param("axis"), len(x_t.ir_shape))
     if len(axes) > 1 and "weights" in self.constants and \
-            QuantMethod.parse(settings_of(self).quantize_method_for_weight).per_channel:
+            settings_of(self).quantize_method_for_weight.per_channel:
         raise QT.Unsupported(f"layer '{self.name}' (RMSNorm): per-channel weights over {len(axes)} axes")
     count = math.prod(int(x_t.ir_shape[a]) for a in axes)
     QT.quantize_activation(self, out_t, signed=True)

@@ -1,5 +1,6 @@
-"""Calibration: every tensor's statistics over the calibration batches, and
-statistics (calibrated or read from a statistic_file) attached to the graph."""
+"""Calibration: every tensor's statistics over the calibration batches (with the cfg's
+per-layer bins, momentum and trimming), and statistics (calibrated or read from a
+statistic_file) attached to the graph."""
 from typing import Dict, Iterable, List
 
 import torch
@@ -56,3 +57,45 @@ def attach_statistics(graph, stats: Dict[str, Statistics]) -> None:
         if t.statistics.empty and not t.qinvariant:
             if t.statistics.nonfinite:
                 OPT_WARN(f"tensor '{t.name}' had no finite calibration value; its range is [0, 0]")
+
+
+class LayerCalibrator(Calibrator):
+    """Calibration with the cfg's per-layer running_statistic_momentum and histc_bins, and
+    trim_infinity_before_statistic: statistics see the tensor clipped as asked (clip: to
+    [lo, hi]; second: to the extreme values strictly inside (min(lo, 0), max(hi, 0))),
+    while the forward goes on with the tensor unchanged."""
+
+    def __init__(self, graph, cfg):
+        super().__init__(graph, cfg.histc_bins, cfg.running_statistic_momentum)
+        self.trims = {}
+        for node in graph.nodes:
+            bins, momentum = cfg.of("histc_bins", node), cfg.of("running_statistic_momentum", node)
+            for t in node.outputs:
+                self.stats[t.name] = Statistics(bins, momentum)
+            trim = cfg.of("trim_infinity_before_statistic", node)
+            if trim != ("clip", float("-inf"), float("inf")):
+                self.trims[node.name] = trim
+
+    def observe(self, node) -> None:
+        trim = self.trims.get(node.name)
+        if trim is None:
+            return super().observe(node)
+        kept = [t.betensor for t in node.outputs]
+        try:
+            for t in node.outputs:
+                if t.betensor.is_floating_point():
+                    t.betensor = trimmed(t.betensor, *trim)
+            super().observe(node)
+        finally:
+            for t, v in zip(node.outputs, kept):
+                t.betensor = v
+
+
+def trimmed(x: torch.Tensor, mode: str, lo: float, hi: float) -> torch.Tensor:
+    if mode == "clip":
+        return x.clamp(lo, hi)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    inside = x[(x > lo) & (x < hi)]
+    if inside.numel() == 0:
+        return torch.zeros_like(x)
+    return x.clamp(min(inside.min().item(), 0.0), max(inside.max().item(), 0.0))

@@ -5,9 +5,9 @@ from typing import List
 
 import torch
 
+from ..registry import BOUNDARY_TYPES
 from ..tensor import PyTensor
 from . import qmath
-from .quantizer import BOUNDARY_TYPES
 
 
 def dequantized(t: PyTensor, value: torch.Tensor = None) -> torch.Tensor:

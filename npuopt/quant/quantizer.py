@@ -9,15 +9,12 @@ from typing import Dict, Set
 import torch
 
 from ..dtype import Dtype
-from ..logger import OPT_WARN
+from ..logger import OPT_INFO, OPT_WARN
 from ..node import PyNode
-from ..registry import OP_QUANTIZERS, OpType
+from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings, settings_of
 from .tensors import QUANTIZATION_FIELDS, Unsupported
-
-BOUNDARY_TYPES = (OpType.Quantize, OpType.DeQuantize)
-
 
 def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
     """Layers kept in float: asked for (trigger_float_op), or of a type with no quantize function."""
@@ -153,12 +150,45 @@ def _quiet():
         log.setLevel(level)
 
 
-def quantized_copy(graph, device):
-    """The quantized graph as the pipeline builds it from `graph` now (the roundings
-    planned so far included): what the layers after a rounded one will see."""
-    from ..config import current_config
-    from ..optmaster import quantized_graph_edits
+def quantized_copy(graph, device, cfg):
+    """The quantized graph as the pipeline builds it from `graph` now with `cfg` (the
+    roundings planned so far included): what the layers after a rounded one will see."""
     settings = {n.name: settings_of(n) for n in graph.nodes}
-    with _quiet(), quantized_graph_edits(graph, current_config()):
+    with _quiet(), quantized_graph_edits(graph, cfg):
         qgraph, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
     return qgraph.to(device)
+
+
+@contextlib.contextmanager
+def quantized_graph_edits(graph, cfg):
+    """What the cfg changes in the quantized graph only, made on the float graph while
+    the quantized copy is built, then undone (the float graph's metrics stay as they were):
+    set_qinvariant_for_start_nodes: those Input/Constant layers' float values are taken
+    as integers (int32, scale 1, zero point 0), as for index inputs;
+    resize_degrade_to_nearest: Resize/Interp layers use the nearest method."""
+    undo = []
+    wanted = set(cfg.set_qinvariant_for_start_nodes or [])
+    degraded = []
+    for node in graph.nodes:
+        if node.type in ("Input", "Constant") and node.layer_id in wanted:
+            wanted.discard(node.layer_id)
+            for t in node.outputs:
+                if t.dtype.is_float:
+                    undo.append((t, t.dtype, t.qinvariant))
+                    t.dtype, t.qinvariant = Dtype.INT32, True
+        if node.type in ("Resize", "Interp") and cfg.of("resize_degrade_to_nearest", node) \
+                and str(node.params.get("method", "")).upper() != "NEAREST":
+            degraded.append((node, node.params.get("method")))
+            node.params["method"] = "NEAREST"
+    if wanted:
+        OPT_WARN(f"set_qinvariant_for_start_nodes: layer id(s) {sorted(wanted)} are no Input/Constant layer")
+    if degraded:
+        OPT_INFO(f"resize_degrade_to_nearest: {len(degraded)} layer(s) resize with NEAREST in the quantized "
+                 f"graph: {', '.join(n.name for n, _ in degraded[:5])}")
+    try:
+        yield
+    finally:
+        for t, dtype, qinvariant in undo:
+            t.dtype, t.qinvariant = dtype, qinvariant
+        for node, method in degraded:
+            node.params["method"] = method

@@ -1,19 +1,32 @@
-"""A layer's effective quantization settings: the cfg's fields (with their per-layer
-forms), overridden per layer by the JSON opt_config; and the template of every
+"""A layer's effective quantization settings, resolved once per run into frozen typed
+values: the cfg's fields, then their per-layer forms, then the layer's entry in the
+JSON opt_config (one precedence pass, plan_layer_settings); and the template of every
 layer's settings, written in the opt_config's format."""
 import difflib
 import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field, fields
-from typing import Dict, List
+from typing import Dict, Mapping
 
-from ..config import FIELDS, default_of, parse_field
+from ..config import FIELDS, QUANT_TYPE_BITS, default_of, parse_field
 from ..errors import ConfigError
+from ..logger import OPT_INFO, OPT_WARN
+from ..registry import BOUNDARY_TYPES
+from .formats import QuantMethod
 from .strategies import check_strategy
 
 TEMPLATE_IGNORED_KEYS = ("layer_type",)
-OUTPUT_STRATEGY = "extrema"  # for layers writing a graph output, unless opt_config says otherwise
+OUTPUT_STRATEGY = check_strategy("extrema")  # for layers writing a graph output, unless opt_config says otherwise
+
+
+# cfg fields the Compass Optimizer copies onto every layer as attrs, where npuopt has no
+# per-layer setting for them (read with the field's per-layer form); plugins read them
+COMPASS_CFG_ATTRS = (
+    "quant_type", "weight_block_size", "activation_block_size", "running_statistic_momentum",
+    "activation_perchannel_min_elements", "regularize_activation_perchannel_scales", "resize_degrade_to_nearest",
+    "with_winograd", "min_compatible_zhouyi_target", "bias_effective_bits_auto_adaption", "force_dtype_int",
+    "force_shift_positive", "bias_effective_bits")
 
 
 def _cfg_default(name: str):
@@ -21,10 +34,10 @@ def _cfg_default(name: str):
     return field(default_factory=lambda: default_of(name))
 
 
-@dataclass
+@dataclass(frozen=True)
 class QuantSettings:
-    quantize_method_for_weight: str = _cfg_default("quantize_method_for_weight")
-    quantize_method_for_activation: str = _cfg_default("quantize_method_for_activation")
+    quantize_method_for_weight: QuantMethod = _cfg_default("quantize_method_for_weight")
+    quantize_method_for_activation: QuantMethod = _cfg_default("quantize_method_for_activation")
     weight_bits: int = _cfg_default("weight_bits")
     activation_bits: int = _cfg_default("activation_bits")
     bias_bits: int = _cfg_default("bias_bits")
@@ -35,106 +48,88 @@ class QuantSettings:
     multiplier_bits: int = _cfg_default("multiplier_bits")  # 0: the activation bits, at most 15
     unify_shifts_for_aiff: bool = _cfg_default("unify_shifts_for_aiff")
     trigger_float_op: bool = False    # this layer is named by the cfg's trigger_float_op
+    # COMPASS_CFG_ATTRS as the cfg gives them for this layer (not settings: no template entry)
+    cfg_attrs: Mapping[str, object] = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
-        if not self.multiplier_bits:
-            self.multiplier_bits = min(int(self.activation_bits), 15)
+        """Values given as text (by a plugin or a test) are taken apart here; the cfg's
+        and the opt_config's arrive parsed and pass as they are."""
+        typed = {"quantize_method_for_weight": QuantMethod(self.quantize_method_for_weight),
+                 "quantize_method_for_activation": QuantMethod(self.quantize_method_for_activation),
+                 "calibration_strategy_for_weight": check_strategy(self.calibration_strategy_for_weight),
+                 "calibration_strategy_for_activation": check_strategy(self.calibration_strategy_for_activation),
+                 "multiplier_bits": self.multiplier_bits or min(int(self.activation_bits), 15)}
+        for key, value in typed.items():
+            object.__setattr__(self, key, value)
 
     @classmethod
     def names(cls):
-        return [f.name for f in fields(cls)]
+        return [f.name for f in fields(cls) if f.name != "cfg_attrs"]
 
     def as_dict(self):
         return OrderedDict((n, getattr(self, n)) for n in self.names())
-
-
-@dataclass(frozen=True)
-class QuantMethod:
-    """A quantize_method_* value taken apart."""
-    per_channel: bool
-    symmetric: bool
-    full_range: bool
-
-    @classmethod
-    def parse(cls, method: str) -> "QuantMethod":
-        m = method.lower()
-        return cls(m.startswith("per_channel"), "_symmetric" in m, "restricted" not in m)
 
 
 def settings_of(node) -> QuantSettings:
     return node.attrs.get("qsettings") or QuantSettings()
 
 
-def opt_config_keys(path: str) -> Dict[str, set]:
-    """{layer: keys it sets} of a JSON opt_config (empty when there is none): what the
-    opt_config sets wins over the cfg's per-layer forms, as in the Compass Optimizer.
-    The file's errors are reported where the opt_config is read and validated."""
-    if not path or not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return {k: set(v) for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
-
-
-def apply_cfg_per_layer(cfg, nodes, settings: Dict[str, QuantSettings]) -> Dict[str, List[str]]:
-    """Put the cfg's per-layer values (`x & <[Type]:y>`, quant_type, OPT's float modes)
-    into each layer's settings. Returns {field: per-layer keys that named no layer}."""
-    from ..config import QUANT_TYPE_BITS
-    nodes = list(nodes)
-    fixed = opt_config_keys(getattr(cfg, "opt_config", ""))
-    names = set(QuantSettings.names())
-    per_layer = getattr(cfg, "per_layer", {})
-    derive_multiplier = not getattr(cfg, "multiplier_bits", 0) and "multiplier_bits" not in per_layer
-    for node in nodes:
-        st = settings.get(node.name)
-        if st is None:
-            continue
-        own = fixed.get(node.name, set())
-
-        def put(key, value):
-            if key not in own:
-                setattr(st, key, value)
-        bits = QUANT_TYPE_BITS.get(cfg.of("quant_type", node)) if hasattr(cfg, "quant_type") else None
-        if bits is not None:
-            for key, value in zip(("activation_bits", "weight_bits", "bias_bits", "lut_items_in_bits"), bits):
-                put(key, value)
-        for key, pl in per_layer.items():
-            if key == "trigger_float_op":
-                put(key, pl.get(node) != "disable")
-            elif key in names:
-                hit, value = pl.local(node)
-                if hit:
-                    put(key, value)
-        if derive_multiplier and "multiplier_bits" not in own:
-            st.multiplier_bits = min(int(st.activation_bits), 15)
-    return {key: pl.unmatched(nodes) for key, pl in per_layer.items() if pl.unmatched(nodes)}
-
-
 # ---- the settings of a graph's layers, and their template ----------------------------
-def layer_settings(cfg, graph, opt_config_path: str = "") -> Dict[str, QuantSettings]:
-    """Effective settings of every layer: the cfg's fields, then the layer's entry in
-    the JSON opt_config ({"layer_name": {"weight_bits": 4, ...}}), validated."""
-    float_ops = {s.lower() for s in (cfg.trigger_float_op or [])}
-    base = {n: getattr(cfg, n) for n in QuantSettings.names() if n != "trigger_float_op" and hasattr(cfg, n)}
-    for key in ("calibration_strategy_for_weight", "calibration_strategy_for_activation"):
-        base[key] = check_strategy(base[key], "cfg: ")
-    overrides = read_opt_config(opt_config_path, graph) if opt_config_path else {}
-    graph_outputs = {t.name for t in graph.output_tensors}
-    result = {}
+def plan_layer_settings(cfg, graph) -> Dict[str, QuantSettings]:
+    """Every layer's settings (plan_settings), each also set as the layer's attrs['qsettings'],
+    with the cfg's one-line notes about them."""
+    settings = layer_settings(cfg, graph)
     for node in graph.nodes:
-        values = dict(base)
-        values["trigger_float_op"] = node.name.lower() in float_ops or node.type.lower() in float_ops
-        if any(t.name in graph_outputs for t in node.outputs):
-            # a model's outputs are its answer: a clipping strategy that flattens the
-            # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
-            values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY
-        for key, value in overrides.get(node.name, {}).items():
-            values[key] = value
-        result[node.name] = QuantSettings(**values)
-    return result
+        node.attrs["qsettings"] = settings[node.name]
+    for key, pl in cfg.per_layer.items():
+        unmatched = pl.unmatched(graph.nodes)
+        if unmatched:
+            OPT_WARN(f"cfg field '{key}': per-layer part(s) {', '.join(unmatched)} name no layer of the graph")
+    modes = cfg.per_layer.get("trigger_float_op")
+    if modes is not None and any(m != "disable" for m in modes.values()):
+        OPT_INFO("trigger_float_op: layers in a float mode are kept in float; npuopt computes and "
+                 "writes them in float32 (it does not emulate float16/bfloat16)")
+    restricted = sorted({st.quantize_method_for_weight for st in settings.values() if st.weight_bits <= 4
+                         and not st.quantize_method_for_weight.full_range})
+    if restricted:
+        OPT_INFO(f"{restricted[0]} with 4 or fewer weight bits uses one level less than the bits give (-7..7 "
+                 "at 4 bits); per_channel_asymmetric or a *_full_range method keeps it (README: 4-bit weights)")
+    return settings
+
+
+def layer_settings(cfg, graph) -> Dict[str, QuantSettings]:
+    """Each layer's settings in one precedence pass: the cfg's value; "extrema" for a layer
+    writing a graph output; quant_type's bits; the cfg's per-layer forms (`x & <[Type]:y>`,
+    OPT's float modes); the layer's entry in the JSON opt_config ({"layer": {"weight_bits": 4}})."""
+    float_ops = {s.lower() for s in (cfg.trigger_float_op or [])}
+    names = [n for n in QuantSettings.names() if n != "trigger_float_op"]
+    base = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
+    opt_config = read_opt_config(cfg.opt_config, graph) if cfg.opt_config else {}
+    graph_outputs = {t.name for t in graph.output_tensors}
+    return {node.name: QuantSettings(**{**base, **_layer_values(cfg, node, float_ops, graph_outputs),
+                                        **opt_config.get(node.name, {})},
+                                     cfg_attrs={f: cfg.of(f, node) for f in COMPASS_CFG_ATTRS if hasattr(cfg, f)})
+            for node in graph.nodes}
+
+
+def _layer_values(cfg, node, float_ops, graph_outputs) -> dict:
+    """What the cfg says of this layer beyond its plain values (later keys win)."""
+    values = {"trigger_float_op": node.name.lower() in float_ops or node.type.lower() in float_ops}
+    if any(t.name in graph_outputs for t in node.outputs):
+        # a model's outputs are its answer: a clipping strategy that flattens the
+        # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
+        values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY
+    bits = QUANT_TYPE_BITS.get(cfg.of("quant_type", node))
+    if bits is not None:
+        values.update(zip(("activation_bits", "weight_bits", "bias_bits", "lut_items_in_bits"), bits))
+    for key, pl in cfg.per_layer.items():
+        if key == "trigger_float_op":
+            values[key] = pl.get(node) != "disable"
+        elif key in QuantSettings.__dataclass_fields__:
+            hit, value = pl.local(node)
+            if hit:
+                values[key] = value
+    return values
 
 
 def read_opt_config(path: str, graph) -> Dict[str, dict]:
@@ -180,7 +175,6 @@ def read_opt_config(path: str, graph) -> Dict[str, dict]:
 
 def write_template(path: str, graph, settings: Dict[str, QuantSettings]) -> None:
     """Every layer's effective settings, in the opt_config format (layer_type is informative)."""
-    from .quantizer import BOUNDARY_TYPES  # quantizer.py imports this module
     data = OrderedDict()
     for node in graph.nodes:
         if node.type in BOUNDARY_TYPES or node.name not in settings:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .formats import SettingValue
 from .statistics import Statistics
 
 NAMED = ("extrema", "mean", "kld", "mse", "aciq_laplace")
@@ -23,32 +24,56 @@ _PERCENTILE = re.compile(r"(\d+(?:\.\d+)?)percentile")
 _STD = re.compile(r"(\d+(?:\.\d+)?)std")
 
 
-def check_strategy(name: str, where: str = "") -> str:
+class Strategy(SettingValue):
+    """A calibration strategy, taken apart once where the cfg or an opt_config names it:
+    `kind` (one of NAMED, 'percentile' or 'std') and its number (the percentile, the
+    count of standard deviations; None for the named ones). It is its text, too."""
+    kind: str
+    number: float
+
+    def __new__(cls, text: str, kind: str, number: float = None):
+        self = super().__new__(cls, text)
+        self.kind, self.number = kind, number
+        return self
+
+    def __getnewargs__(self):
+        return str(self), self.kind, self.number
+
+
+def check_strategy(name, where: str = "") -> Strategy:
+    """`name` as a Strategy (a Strategy is returned as it is: parsed once); an unknown
+    one is a ConfigError starting with `where`."""
+    if isinstance(name, Strategy):
+        return name
     s = str(name).strip().lower()
-    if s in NAMED or _PERCENTILE.fullmatch(s) or _STD.fullmatch(s):
-        if _PERCENTILE.fullmatch(s) and not 0 < float(_PERCENTILE.fullmatch(s).group(1)) <= 100:
-            raise ConfigError(f"{where}calibration strategy '{name}': the percentile must be in (0, 100]")
-        return s
+    if s in NAMED:
+        return Strategy(s, s)
+    for kind, pattern in (("percentile", _PERCENTILE), ("std", _STD)):
+        m = pattern.fullmatch(s)
+        if m:
+            if kind == "percentile" and not 0 < float(m.group(1)) <= 100:
+                raise ConfigError(f"{where}calibration strategy '{name}': the percentile must be in (0, 100]")
+            return Strategy(s, kind, float(m.group(1)))
     raise ConfigError(f"{where}unknown calibration strategy '{name}' (known: {KNOWN})")
 
 
-def calibrate_range(stats: Statistics, strategy: str, bits: int = 8, symmetric: bool = False):
-    """(lo, hi) for `stats` under `strategy`: floats, or 1-D tensors for per-channel stats."""
+def calibrate_range(stats: Statistics, strategy, bits: int = 8, symmetric: bool = False):
+    """(lo, hi) for `stats` under `strategy` (a Strategy, or its text): floats, or 1-D
+    tensors for per-channel stats."""
     s = check_strategy(strategy)
     if stats.empty:
         return 0.0, 0.0
-    if s == "extrema":
+    if s.kind == "extrema":
         return stats.min, stats.max
-    if s == "mean":
+    if s.kind == "mean":
         return stats.running_min, stats.running_max
-    if m := _STD.fullmatch(s):
-        n = float(m.group(1))
-        lo, hi = stats.mean - n * stats.std, stats.mean + n * stats.std
-    elif m := _PERCENTILE.fullmatch(s):
-        lo, hi = percentile_range(stats, float(m.group(1)))
-    elif s == "kld":
+    if s.kind == "std":
+        lo, hi = stats.mean - s.number * stats.std, stats.mean + s.number * stats.std
+    elif s.kind == "percentile":
+        lo, hi = percentile_range(stats, s.number)
+    elif s.kind == "kld":
         lo, hi = kld_range(stats, bits)
-    elif s == "mse":
+    elif s.kind == "mse":
         lo, hi = mse_range(stats, bits, symmetric)
     else:
         lo, hi = aciq_laplace_range(stats, bits)
@@ -70,6 +95,14 @@ def outward_to_grid(lo: float, hi: float, bits: int = RANGE_SIGNIFICANT_BITS):
         steps = mantissa * (1 << bits)
         return math.ldexp(math.ceil(steps) if up else math.floor(steps), exponent - bits)
     return snap(float(lo), up=False), snap(float(hi), up=True)
+
+
+def activation_range_of(stats: Statistics, strategy, bits: int, symmetric: bool):
+    """An activation's (lo, hi) from its statistics: the strategy's range widened to
+    include 0 and outward to a grid that last-bit differences of float sums do not
+    cross (outward_to_grid)."""
+    lo, hi = calibrate_range(stats, strategy, bits, symmetric)
+    return outward_to_grid(min(lo, 0.0), max(hi, 0.0))
 
 
 def _clip_to_extrema(stats, lo, hi):

@@ -9,9 +9,9 @@ from ..dtype import Dtype
 from ..errors import QuantizeError
 from ..tensor import PyTensor
 from . import qmath
-from .settings import QuantMethod, settings_of
+from .settings import settings_of
 from .statistics import Statistics
-from .strategies import calibrate_range, outward_to_grid
+from .strategies import activation_range_of, calibrate_range
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -33,8 +33,7 @@ def activation_range(node, t: PyTensor, symmetric: bool):
     stats: Optional[Statistics] = t.statistics
     if stats is None or stats.empty:
         raise QuantizeError(f"layer '{node.name}': tensor '{t.name}' has no calibration statistics")
-    lo, hi = calibrate_range(stats, st.calibration_strategy_for_activation, st.activation_bits, symmetric)
-    return outward_to_grid(min(lo, 0.0), max(hi, 0.0))
+    return activation_range_of(stats, st.calibration_strategy_for_activation, st.activation_bits, symmetric)
 
 
 def plan_activation_range(t: PyTensor, lo: Optional[float], hi: Optional[float]) -> None:
@@ -48,7 +47,7 @@ def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, s
     """Decide t's quantization with the layer's activation settings, from [lo, hi] or
     its activation_range: signed when the range has negative values (or as asked)."""
     st = settings_of(node)
-    method = QuantMethod.parse(st.quantize_method_for_activation)
+    method = st.quantize_method_for_activation
     if method.per_channel:
         raise Unsupported(f"layer '{node.name}': per-channel activations are not supported")
     if lo is None:
@@ -61,7 +60,7 @@ def activation_grid(node, lo: float, hi: float, signed: bool = None) -> tuple:
     """(scale, zp, qmin, qmax) of the layer's activation settings over [lo, hi] (widened
     to include 0), signed when the range has negative values (or as asked)."""
     st = settings_of(node)
-    method = QuantMethod.parse(st.quantize_method_for_activation)
+    method = st.quantize_method_for_activation
     lo, hi = float(min(lo, 0.0)), float(max(hi, 0.0))
     return qmath.linear_quant_params(lo, hi, st.activation_bits, method.symmetric, method.full_range,
                                      lo < 0 if signed is None else signed)
@@ -154,7 +153,7 @@ def weight_range(node, key: str = "weights", axis: int = 0, groups: int = 1) -> 
         return planned
     st = settings_of(node)
     w = node.get_constant(key).betensor.detach().to(torch.float32).cpu()
-    method = QuantMethod.parse(st.quantize_method_for_weight)
+    method = st.quantize_method_for_weight
     per_group = not method.per_channel and groups > 1
     stats = Statistics.of_constant(w, st.histc_bins, axis if method.per_channel or per_group else None)
     lo, hi = calibrate_range(stats, st.calibration_strategy_for_weight, st.weight_bits, method.symmetric)
@@ -171,7 +170,7 @@ def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1, rng:
     """The grid of float constant `key` over its weight_range (or `rng`): symmetric
     (zp 0) or asymmetric, signed, weight_bits wide."""
     st = settings_of(node)
-    method = QuantMethod.parse(st.quantize_method_for_weight)
+    method = st.quantize_method_for_weight
     lo, hi = rng if rng is not None else weight_range(node, key, axis, groups)
     scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.weight_bits, method.symmetric,
                                                       method.full_range, True)

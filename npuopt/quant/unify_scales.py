@@ -23,13 +23,13 @@ unified together too. The branches end up with identical grids, so the threshold
 (branch scales within that ratio count as equal) have nothing left to ignore."""
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Set
+from typing import Callable, Dict, List, Set
 
 from ..errors import ConfigError
 from ..logger import OPT_INFO, OPT_WARN
 from ..registry import OpType
 from . import tensors as QT
-from .settings import QuantMethod, settings_of
+from .settings import settings_of
 
 METHODS = ("max", "min", "avg", "out", "skip")
 
@@ -93,7 +93,7 @@ def decides_own_grid(qnode) -> bool:
 
 def _activation_settings(node) -> tuple:
     st = settings_of(node)
-    return st.activation_bits, QuantMethod.parse(st.quantize_method_for_activation)
+    return st.activation_bits, st.quantize_method_for_activation
 
 
 def key_layers(layer, producers: dict, qnodes: dict, max_depth: int):
@@ -178,3 +178,12 @@ def unify_input_scales(graph, qgraph, rules: Dict[str, UnifyRule], field: str) -
         "search depth)")
     OPT_INFO(f"{field}: the input branches of {len(keys)} of {len(candidates)} layers planned to one grid{others}")
     return len(keys)
+
+
+def unify_scales(cfg, graph, quantized_graph: Callable[[], object]) -> None:
+    """The cfg's unify_scales_for_concat, then unify_scales_for_multi_inputs_operators,
+    each planned on `quantized_graph()` as the earlier one left it."""
+    for field, rules in (("unify_scales_for_concat", cfg.unify_scales_for_concat and concat_rules(cfg, graph)),
+                         ("unify_scales_for_multi_inputs_operators", multi_input_rules(cfg, graph))):
+        if rules:
+            unify_input_scales(graph, quantized_graph(), rules, field)

@@ -140,11 +140,7 @@ def torch_type2nptype(tp: torch.dtype):
 
 def torch_type2dtype(tp: torch.dtype) -> Dtype:
     """The dtype of a backend type (bool reads as uint8, as the tool chain has it)."""
-    if tp == torch.bool:
-        return Dtype.UINT8
-    if tp == torch.bfloat16:
-        return Dtype.BFP16
-    return nptype2dtype(torch_type2nptype(tp))
+    return Dtype.of_torch(tp)
 
 
 def dtype2torch_type(dt: Dtype) -> torch.dtype:
@@ -185,12 +181,8 @@ def dtype2range(dt: Dtype):
 def range2dtype(vmin, vmax, force_int: bool = False):
     """(bits, dtype) of 8, 16 or 32 bits holding [vmin, vmax]; unsigned when vmin >= 0
     unless `force_int`."""
-    signed = bool(vmin < 0) or force_int
-    for bits in (8, 16):
-        qmin, qmax = bits2range(bits, signed)
-        if vmin >= qmin and vmax <= qmax:
-            return bits, bits2dtype(bits, signed)
-    return 32, bits2dtype(32, signed)
+    dtype = Dtype.narrowest_holding(vmin, vmax, force_int)
+    return dtype.bits, dtype
 
 
 def _round_half_away(x: torch.Tensor) -> torch.Tensor:

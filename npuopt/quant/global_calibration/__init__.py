@@ -12,56 +12,35 @@ A method is a function registered under OPT's name with the stage it runs at:
 
 ``global_calibration = adaround[10,...] & bias_correction`` runs the methods in the
 order given (OPT's syntax: ``name[params][scope]``). Methods live one per module in
-this package and register themselves with ``@global_calibration``.
+this package and register themselves with ``@global_calibration`` (npuopt/registry.py,
+the decorator a plugin uses); ``resolve`` turns the cfg's value into MethodCalls once
+per run.
 """
 import contextlib
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
 from tqdm import tqdm
 
 from ...config import PerLayer, default_of, parse_per_layer
 from ...errors import ConfigError
-
-STAGES = ("before_calibration", "after_calibration")
-
-
-@dataclass
-class Method:
-    name: str
-    stage: str
-    run: Callable
-    doc: str
-    edits_float: bool  # whether it changes the float graph (not only the plan): the metrics then need a copy
-
-
-METHODS: Dict[str, Method] = {}
-
-
-def global_calibration(name: str, stage: str, edits_float: bool = True):
-    """Register a global calibration method `fn(ctx, params)` under `name`;
-    `edits_float=False` says it only plans (roundings, ranges) and leaves the float
-    graph's weights and biases as they are."""
-    if stage not in STAGES:
-        raise ValueError(f"global calibration '{name}': stage must be one of {STAGES}")
-
-    def wrap(fn):
-        METHODS[name.lower()] = Method(name.lower(), stage, fn, (fn.__doc__ or "").strip().split("\n")[0], edits_float)
-        return fn
-    return wrap
-
+from ...registry import GLOBAL_CALIBRATIONS, GlobalCalibrationMethod, unknown_global_calibrations
+from ...registry import global_calibration  # noqa: F401  (the decorator, as this package's methods import it)
 
 @dataclass
 class Context:
     """What a method may read and change: the float graph (after stage-1 passes), the
     per-layer settings (each node's attrs['qsettings'] while methods run), the
     calibration batches (`batches()` yields lists of graph inputs, read anew at each
-    call; `has_data` says whether the cfg gives any), the device, and the cfg's fields
-    per layer (`field_of(name, node)`)."""
+    call; `has_data` says whether the cfg gives any), the device, the cfg's fields
+    per layer (`field_of(name, node)`) and the quantized graph as the pipeline would
+    build it from the float graph and its plan now (`quantized_graph()`)."""
     graph: object
     batches: Callable[[], Iterator[List[torch.Tensor]]]
+    quantized_graph: Callable[[], object]
     device: torch.device = torch.device("cpu")
     has_data: bool = True
     scope: Optional[Callable[[object], bool]] = None  # the running method's layers (OPT's [types], [(ids)], {regex})
@@ -99,31 +78,38 @@ def scope_of(text: str) -> Optional[Callable[[object], bool]]:
     return lambda node: bool(layers.get(node))
 
 
-def unknown_methods(spec) -> str:
-    """What is wrong with the names of the cfg's parsed global_calibration ("" if nothing)."""
-    missing = [name for name, _, _ in spec or [] if name not in METHODS]
-    return f"no global calibration method {', '.join(repr(m) for m in missing)}; " \
-           f"npuopt has: {', '.join(sorted(METHODS)) or 'none'}" if missing else ""
+@dataclass(frozen=True)
+class MethodCall:
+    """One method of the cfg's global_calibration, resolved: the method, its params, the
+    layers it applies to (None: all) and its text after the name, as the cfg gives it."""
+    method: GlobalCalibrationMethod
+    params: Tuple[float, ...]
+    scope: Optional[Callable[[object], bool]]
+    text: str
+
+    @property
+    def named(self) -> str:
+        return f"{self.method.name}{self.text}"
 
 
-def methods_of(spec) -> List[tuple]:
-    """[(Method, params, scope)] of the cfg's parsed global_calibration (scope_of each
-    method's text), unknown ones refused."""
-    wrong = unknown_methods(spec)
+def resolve(spec) -> Tuple[MethodCall, ...]:
+    """The cfg's parsed global_calibration [(name, params, text)] resolved once per run:
+    each method found in the registry and its scope made (unknown names refused)."""
+    wrong = unknown_global_calibrations(spec)
     if wrong:
         raise ConfigError(f"field 'global_calibration': {wrong}")
-    return [(METHODS[name], params, scope_of(text)) for name, params, text in spec or []]
+    return tuple(MethodCall(GLOBAL_CALIBRATIONS[name], tuple(params), scope_of(text), text)
+                 for name, params, text in spec or [])
 
 
-def run_stage(stage: str, spec, ctx: Context) -> List[str]:
-    """Run the methods of `spec` that belong to `stage`, in order; their names."""
+def run_stage(stage: str, calls: Tuple[MethodCall, ...], ctx: Context) -> List[str]:
+    """Run the calls that belong to `stage`, in order, each with its own scope in a copy
+    of `ctx`; their names."""
     ran = []
-    for method, params, scope in methods_of(spec):
-        if method.stage == stage:
-            ctx.scope = scope
-            method.run(ctx, params)
-            ran.append(method.name)
-    ctx.scope = None
+    for call in calls:
+        if call.method.stage == stage:
+            call.method.run(dataclasses.replace(ctx, scope=call.scope), list(call.params))
+            ran.append(call.method.name)
     return ran
 
 

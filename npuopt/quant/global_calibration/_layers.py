@@ -20,15 +20,13 @@ from dataclasses import dataclass
 from typing import Iterator, List, Optional
 
 import torch
-import torch.nn.functional as F
 
 from ...errors import ConfigError, QuantizeError
 from ...ops._conv import window
 from ...registry import OpType
 from .. import tensors as QT
 from ..compare import dequantized
-from ..quantizer import quantized_copy
-from ..settings import QuantMethod, settings_of
+from ..settings import settings_of
 from . import one_thread
 
 TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
@@ -249,7 +247,7 @@ class Problem:
             w = (torch.round(self.weights * scale - zp).clamp(self.qmin, self.qmax) + zp) / scale
             errors.append(self.row_errors(w))
         errors = torch.stack(errors, dim=-1)            # [groups, rows, ratios]
-        per_channel = QuantMethod.parse(settings_of(node).quantize_method_for_weight).per_channel
+        per_channel = settings_of(node).quantize_method_for_weight.per_channel
         if not isinstance(lo, torch.Tensor):
             best = CLIP_RATIOS[int(errors.sum(dim=(0, 1)).argmin())]
         elif per_channel:
@@ -351,7 +349,7 @@ class LayerData:
         (and the biases it set) are put into the quantized graph before the layers after
         it run."""
         ctx = self.ctx
-        qgraph = quantized_copy(ctx.graph, ctx.device)
+        qgraph = ctx.quantized_graph()
         streams = Stream(ctx.graph, self.data, one_thread=True), Stream(qgraph, self.data, one_thread=False)
         try:
             for node in ctx.progress(rounded_layers(ctx), desc):

@@ -13,9 +13,11 @@ calibration"). `global_calibration = none` turns it off.
 It needs the calibration data: a run with a statistic_file and no calibration_data
 keeps nearest rounding and says so.
 """
+import dataclasses
+
 from ...errors import ConfigError
 from ...logger import OPT_WARN
-from ..settings import QuantMethod, settings_of
+from ..settings import settings_of
 from . import global_calibration
 from ._layers import rounded_layers
 from .gptq import gptq_zy
@@ -24,7 +26,7 @@ from .gptq import gptq_zy
 def coarse(node) -> bool:
     """Whether the layer's weights are on a per-tensor grid or fewer than 8 bits."""
     st = settings_of(node)
-    return not QuantMethod.parse(st.quantize_method_for_weight).per_channel or st.weight_bits < 8
+    return not st.quantize_method_for_weight.per_channel or st.weight_bits < 8
 
 
 @global_calibration("auto", "after_calibration", edits_float=False)
@@ -33,7 +35,7 @@ def auto(ctx, params) -> None:
     if params:
         raise ConfigError("field 'global_calibration': auto takes no params")
     outer = ctx.scope
-    ctx.scope = lambda node: coarse(node) and (outer is None or outer(node))
+    ctx = dataclasses.replace(ctx, scope=lambda node: coarse(node) and (outer is None or outer(node)))
     if not rounded_layers(ctx):
         return
     if not ctx.has_data:

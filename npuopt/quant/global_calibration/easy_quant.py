@@ -25,9 +25,8 @@ from ...errors import ConfigError
 from .. import qmath
 from .. import tensors as QT
 from ..compare import dequantized
-from ..settings import QuantMethod, settings_of
+from ..settings import settings_of
 from . import global_calibration, one_thread
-from ..quantizer import quantized_copy
 from ._layers import TYPES, LayerData, Stream, quantize_again, read_params
 
 PARAMS = [  # name, default, minimum, integer
@@ -75,7 +74,7 @@ def _chunks(node, lo, ngroups: int) -> List[Optional[torch.Tensor]]:
     if not isinstance(lo, torch.Tensor):
         return [None]
     channels = lo.numel()
-    if QuantMethod.parse(settings_of(node).quantize_method_for_weight).per_channel:
+    if settings_of(node).quantize_method_for_weight.per_channel:
         unit = torch.arange(channels)
     else:
         unit = torch.arange(channels) // (channels // node.get_param("group", 1))
@@ -144,7 +143,7 @@ def easy_quant(ctx, params):
     factors = torch.linspace(p["alpha"], p["beta"], p["nsteps"]).tolist()
     data = LayerData(ctx, p["batches"])
     for epoch in range(p["epochs"]):
-        qgraph = quantized_copy(ctx.graph, ctx.device)
+        qgraph = ctx.quantized_graph()
         qnodes = {n.name: n for n in qgraph.nodes}
         producers = [{t.name: n for n in g.nodes for t in n.outputs} for g in (ctx.graph, qgraph)]
         searched = set()

@@ -21,7 +21,7 @@ import torch
 from ...errors import ConfigError
 from ...logger import OPT_INFO
 from ...registry import OpType
-from ..settings import QuantMethod, settings_of
+from ..settings import settings_of
 from . import global_calibration
 
 HOMOGENEOUS = ("NONE", "RELU", "LEAKYRELU", "PRELU")
@@ -34,7 +34,7 @@ def per_tensor(node) -> bool:
     """Whether the layer's weights are quantized on one grid for all output channels."""
     st = settings_of(node)
     return not st.trigger_float_op and node.get_param("group", 1) == 1 \
-        and not QuantMethod.parse(st.quantize_method_for_weight).per_channel
+        and not st.quantize_method_for_weight.per_channel
 
 
 def pairs(ctx) -> List[Tuple[object, object]]:

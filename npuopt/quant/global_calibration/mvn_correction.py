@@ -34,9 +34,8 @@ from ...errors import ConfigError
 from ...logger import OPT_INFO
 from ...registry import OpType
 from .. import tensors as QT
-from ..settings import QuantMethod, settings_of
+from ..settings import settings_of
 from . import global_calibration
-from ..quantizer import quantized_copy
 from ._layers import read_params
 
 PARAMS = [  # name, default, minimum, integer
@@ -99,7 +98,7 @@ def mvn_correction(ctx, params):
     norms = [n for n in ctx.graph.nodes if n.type in NORMS and ctx.in_scope(n)]
     if not norms:
         return
-    qgraph = quantized_copy(ctx.graph, ctx.device)
+    qgraph = ctx.quantized_graph()
     producers = {t.name: n for n in ctx.graph.nodes for t in n.outputs}
     calibrated = {}  # each input's range before this method: two norms reading one input do not compound
     for norm in ctx.progress(norms, "mvn_correction"):
@@ -113,7 +112,7 @@ def mvn_correction(ctx, params):
         s = corrected_scale(si, so, p["alpha"])
         if s <= si:
             continue
-        symmetric = QuantMethod.parse(settings_of(producer).quantize_method_for_activation).symmetric
+        symmetric = settings_of(producer).quantize_method_for_activation.symmetric
         if t.name not in calibrated:
             calibrated[t.name] = QT.activation_range(producer, t, symmetric)
         lo, hi = calibrated[t.name]

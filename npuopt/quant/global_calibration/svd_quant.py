@@ -42,8 +42,7 @@ from ...registry import OpType
 from .. import qmath
 from .. import tensors as QT
 from ..compare import dequantized
-from ..quantizer import quantized_copy
-from ..settings import QuantMethod, settings_of
+from ..settings import settings_of
 from ..unify_scales import decides_own_grid
 from . import global_calibration, one_thread
 from ._layers import LayerData, Stream, quantize_again, read_params
@@ -122,7 +121,7 @@ def _searched_layers(ctx, qgraph) -> list:
         qnode = qnodes.get(node.name)
         if qnode is None or not ctx.in_scope(node) or not decides_own_grid(qnode):
             continue
-        if QuantMethod.parse(settings_of(node).quantize_method_for_activation).per_channel:
+        if settings_of(node).quantize_method_for_activation.per_channel:
             raise ConfigError(f"field 'global_calibration': svd_quant: layer '{node.name}' has per-channel "
                               "activations; svd_quant searches per-tensor ranges only")
         layers.append(node)
@@ -131,7 +130,7 @@ def _searched_layers(ctx, qgraph) -> list:
 
 def search_output_ranges(ctx, p: dict, factors: List[float]) -> int:
     """Modes 0-2: plan each searched layer's output range; how many layers."""
-    layers = {n.name for n in _searched_layers(ctx, quantized_copy(ctx.graph, ctx.device))}
+    layers = {n.name for n in _searched_layers(ctx, ctx.quantized_graph())}
     stream = Stream(ctx.graph, LayerData(ctx, 0).data, one_thread=True)
     planned = 0
     try:
@@ -141,7 +140,7 @@ def search_output_ranges(ctx, p: dict, factors: List[float]) -> int:
             if node.name not in layers or outputs[0][-1].dim() <= 1:
                 continue
             if p["mode"] == 0:
-                symmetric = QuantMethod.parse(settings_of(node).quantize_method_for_activation).symmetric
+                symmetric = settings_of(node).quantize_method_for_activation.symmetric
                 rng = SpectrumFit(node, outputs[0][-1]).best(*QT.activation_range(node, t, symmetric), factors)
             else:
                 ranges = [denoised_range(v, p["thresh"]) for v in outputs[0]]
@@ -170,7 +169,7 @@ def _random_input(qt, shape, thresh: float, seed: int) -> torch.Tensor:
 
 def search_fc_weights(ctx, p: dict, factors: List[float]) -> int:
     """Mode 3: plan each FullyConnected layer's weight range; how many layers."""
-    qgraph = quantized_copy(ctx.graph, ctx.device)
+    qgraph = ctx.quantized_graph()
     qnodes = {n.name: n for n in qgraph.nodes}
     layers = [n for n in ctx.graph.nodes if n.type == OpType.FullyConnected and ctx.in_scope(n)
               and n.name in qnodes and qnodes[n.name].quantized and settings_of(n).activation_bits <= 8]

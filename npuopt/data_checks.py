@@ -1,0 +1,78 @@
+"""Checks of the data before any work: the first samples of the calibration and metric
+data through the float graph, and every label through every metric, so that data,
+labels or constants that do not fit stop the run with one line before time is spent."""
+import os
+
+import torch
+
+from .data import batches, call_metric, collate_of, label_batches, make_dataset, make_metrics
+from .errors import ConfigError, IRError
+
+
+def probe(feed, dataset, size: int):
+    """The float graph's outputs on the dataset's first `size` samples, and their labels:
+    data that does not fit the model, or constants that overflow float32 on it, stop
+    the run here."""
+    n = min(len(dataset), size)
+    subset = torch.utils.data.Subset(dataset, range(n))
+    batch = next(batches(subset, feed.cfg.dataset, n, 0, collate_fn=collate_of(dataset)))
+    inputs, labels = feed.split(batch)
+    return feed.forward(feed.graph, inputs, after_node=check_overflow), labels
+
+
+def check_calibration_data(feed) -> None:
+    """The calibration set's first samples through the float graph, when calibration
+    will read it (not a statistic_file)."""
+    cfg = feed.cfg
+    if cfg.skip_optimization or not cfg.calibration_data or os.path.isfile(cfg.statistic_file):
+        return
+    if not cfg.dataset:
+        raise ConfigError("field 'dataset' is required to read calibration_data")
+    probe(feed, make_dataset(cfg.dataset, cfg.calibration_data), 2)
+
+
+def labels_of(cfg, start: int, stop: int) -> str:
+    """Where samples start..stop-1 of the metric data take their labels from, for messages."""
+    source = f"label file '{cfg.label}'" if cfg.label else f"dataset '{cfg.dataset}'"
+    return f"{source} (samples {start}-{stop - 1})"
+
+
+def open_metric_data(feed):
+    """Open `data` (with `label`) and the metrics, and put the first metric batch through
+    the float graph and every metric (a metric may read several samples of a batch),
+    then every label of the file through every metric: data or labels that do not fit
+    the model or the metrics stop the run here. Returns the dataset."""
+    cfg = feed.cfg
+    dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
+    metrics = make_metrics(cfg.metric)  # unknown metrics and bad arguments, before any forward
+    outputs, labels = probe(feed, dataset, cfg.metric_batch_size)
+    for spec, metric in metrics:
+        metric.reset()
+        call_metric(spec, metric, outputs, labels, labels_of(cfg, 0, outputs[0].shape[0]))
+    check_labels(cfg, dataset, metrics, outputs)
+    return dataset
+
+
+def check_labels(cfg, dataset, metrics, outputs) -> None:
+    """Every label of a built-in dataset through every metric, beside all-zero outputs of
+    the model's shapes, batch by batch: a bad label anywhere in the file stops the run
+    now, not after calibration."""
+    for start, batch in label_batches(dataset, cfg.dataset, cfg.metric_batch_size):
+        zeros = [torch.zeros((len(batch),) + tuple(o.shape[1:]), dtype=o.dtype, device=o.device) for o in outputs]
+        for spec, metric in metrics:
+            call_metric(spec, metric, zeros, batch, labels_of(cfg, start, start + len(batch)))
+
+
+def check_overflow(node) -> None:
+    """A float layer with constants whose output holds Inf or NaN from finite inputs: its
+    constants overflow float32 (weights near 3e38, say); one line naming the layer."""
+    if node.quantized or not node.constants or _finite(node.outputs) or not _finite(node.inputs):
+        return
+    sizes = ", ".join(f"{k} up to {float(c.betensor.abs().max()):.3g}" for k, c in node.constants.items()
+                      if c.betensor.is_floating_point() and c.betensor.numel())
+    raise IRError(f"layer '{node.name}' ({node.type}): its float32 output overflows to Inf/NaN from finite inputs "
+                  f"on the first samples; check its constants ({sizes})")
+
+
+def _finite(tensors) -> bool:
+    return all(bool(torch.isfinite(t.betensor).all()) for t in tensors if t.betensor.is_floating_point())

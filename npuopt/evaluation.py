@@ -1,0 +1,138 @@
+"""Step 10 of the pipeline: the float and the quantized graph over the metric data,
+batch by batch; their metrics, how often their top-1 agrees, a summary of each float
+output and the per-layer similarity of the first samples, written into the report."""
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .data import call_metric, make_metrics, metric_report, metric_value
+from .data_checks import labels_of
+from .logger import OPT_INFO
+from .quant.compare import dequantized, layer_similarity
+
+
+class OutputSummary:
+    """Running min/max/mean of an output over all batches."""
+
+    def __init__(self):
+        self.lo, self.hi, self.total, self.count, self.shape = float("inf"), float("-inf"), 0.0, 0, None
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.detach().float()
+        self.lo = min(self.lo, x.min().item())
+        self.hi = max(self.hi, x.max().item())
+        self.total += x.sum().item()
+        self.count += x.numel()
+        self.shape = list(x.shape[1:])
+
+    def as_dict(self):
+        return {"shape": self.shape, "min": self.lo, "max": self.hi, "mean": self.total / max(self.count, 1)}
+
+    def describe(self) -> str:
+        d = self.as_dict()
+        return f"shape {d['shape']} per sample, min {d['min']:.6g}, max {d['max']:.6g}, mean {d['mean']:.6g}"
+
+
+class Agreement:
+    """How often the quantized output's argmax (per sample) equals the float one's:
+    for a classifier, the share of predictions quantization left unchanged."""
+
+    def __init__(self):
+        self.same, self.count = 0, 0
+
+    def add(self, float_out: torch.Tensor, quant_out: torch.Tensor) -> None:
+        f = float_out.reshape(float_out.shape[0], -1).argmax(dim=1)
+        q = quant_out.reshape(quant_out.shape[0], -1).argmax(dim=1)
+        self.same += int((f == q).sum().item())
+        self.count += f.numel()
+
+    def fraction(self) -> float:
+        return self.same / self.count if self.count else 0.0
+
+
+class _Pass:
+    """What one pass over the metric data gathers."""
+
+    def __init__(self, graphs, cfg, outputs: int):
+        self.metrics = {kind: make_metrics(cfg.metric) for kind, _ in graphs}
+        for ms in self.metrics.values():
+            for _, m in ms:
+                m.reset()
+        self.summaries = [OutputSummary() for _ in range(outputs)]
+        self.agreement = [Agreement() for _ in range(outputs)]
+        self.samples, self.first = 0, None
+
+
+def evaluate(feed, dataset, graphs: List[Tuple[str, object]], report: dict,
+             dump: Optional[Callable[[], None]] = None) -> None:
+    """Run `graphs` ([("float", g), ("quant", q)], either may be absent) over `dataset`
+    and put the figures into `report`; `dump` is called after the float graph's first
+    batch, its tensors kept."""
+    cfg = feed.cfg
+    outputs = feed.graph.output_tensors
+    run = _Pass(graphs, cfg, len(outputs))
+    desc = " + ".join({"float": "float", "quant": "quantized"}[k] for k, _ in graphs) + " forward"
+    for batch in feed.batches(dataset, cfg.metric_batch_size, desc=desc):
+        inputs, labels = feed.split(batch)
+        if run.first is None:
+            run.first = [x[:cfg.similarity_data_num] for x in inputs]
+        dump = _one_batch(feed, graphs, run, inputs, labels, dump)
+        run.samples += inputs[0].shape[0]
+    kinds = [k for k, _ in graphs]
+    _metric_figures(run, kinds, report)
+    if kinds == ["float", "quant"]:
+        _comparison(run, dict(graphs), outputs, report)
+    for t, s in zip(outputs, run.summaries if "float" in kinds else []):
+        report["outputs"][t.name] = s.as_dict()
+        OPT_INFO(f"output '{t.name}': {s.describe()}")
+    report["samples"] = run.samples
+
+
+def _one_batch(feed, graphs, run: _Pass, inputs, labels, dump):
+    """One batch through every graph and its metrics; the dump still to do (None once done)."""
+    float_outputs = None
+    for kind, graph in graphs:
+        keep = kind == "float" and dump is not None
+        outputs = feed.forward(graph, inputs, keep_tensors=keep)
+        if keep:
+            dump()
+            dump = None
+        if kind == "float":
+            for s, out in zip(run.summaries, outputs):
+                s.add(out)
+            float_outputs = outputs
+        else:
+            outputs = [dequantized(t, v) for t, v in zip(graph.output_tensors, outputs)]
+            if float_outputs is not None:
+                for a, f, q in zip(run.agreement, float_outputs, outputs):
+                    a.add(f, q)
+        for spec, m in run.metrics[kind]:
+            call_metric(spec, m, outputs, labels, labels_of(feed.cfg, run.samples, run.samples + inputs[0].shape[0]))
+    return dump
+
+
+def _metric_figures(run: _Pass, kinds: List[str], report: dict) -> None:
+    for kind in kinds:
+        report["metrics"].setdefault(kind, {})
+        for spec, m in run.metrics[kind]:
+            value = metric_value(spec, m)
+            report["metrics"][kind][spec] = value
+            OPT_INFO(f"{kind} {spec}: {', '.join(f'{v:.6f}' for v in np.atleast_1d(value))}")
+            shown = metric_report(m)
+            if shown:
+                OPT_INFO(f"{kind} {spec} report: {shown}")
+
+
+def _comparison(run: _Pass, graphs: Dict[str, object], outputs, report: dict) -> None:
+    """The float graph against the quantized one: metric drops, top-1 agreement, per-layer similarity."""
+    metrics = report["metrics"]
+    metrics["drop"] = {spec: np.subtract(metrics["float"][spec], v).tolist() for spec, v in metrics["quant"].items()}
+    report["agreement"] = {t.name: a.fraction() for t, a in zip(outputs, run.agreement)}
+    for name, value in report["agreement"].items():
+        OPT_INFO(f"output '{name}': top-1 of quantized equals top-1 of float on {value:.2%} of samples")
+    rows = layer_similarity(graphs["float"], graphs["quant"], run.first)
+    report["layer_similarity"] = rows
+    for r in rows[:5]:
+        OPT_INFO(f"similarity (worst first): layer '{r['layer']}' ({r['type']}): "
+                 f"cosine {r['cosine']:.6f}, mse {r['mse']:.6g}")
