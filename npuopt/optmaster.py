@@ -32,8 +32,9 @@ from .plugins import load_plugins
 from .quant import global_calibration as gc
 from .quant.calibration import LayerCalibrator, attach_statistics
 from .quant.plan_report import quantization_rows
-from .quant.quantizer import build_quantized_graph, float_layers, quantized_copy, quantized_graph_edits
-from .quant.settings import plan_layer_settings, write_template
+from .quant.plan import QuantPlan
+from .quant.quantizer import quantized_copy
+from .quant.settings import write_template
 from .quant.statistics import load_statistics_file, save_statistics
 from .quant.unify_scales import unify_scales
 
@@ -54,6 +55,7 @@ class OptMaster:
         self.graph = None
         self.original = None  # the float graph as it was before global calibration edited it
         self.qgraph = None
+        self.plan = None  # the decisions of the run (quant/plan.py), once settings are planned
         self.settings = None
         self.feed = None
         self.metric_dataset = None  # opened by check_data, reused by evaluate
@@ -147,9 +149,10 @@ class OptMaster:
         OPT_INFO(f"stage-1 passes: {before} -> {len(self.graph.nodes)} layers")
 
     def plan_settings(self) -> None:
-        """Each layer's settings, resolved once (quant/settings.py), also in the layer's
+        """The plan (quant/plan.py): each layer's settings, resolved once, also in the layer's
         attrs['qsettings'], where global calibration and the quantize functions read them."""
-        self.settings = plan_layer_settings(self.cfg, self.graph)
+        self.plan = QuantPlan(self.cfg, self.graph)
+        self.settings = self.plan.settings
 
     def before_calibration(self) -> None:
         self.global_calibration("before_calibration")
@@ -226,7 +229,7 @@ class OptMaster:
                          self.has_calibration_data(), field_of=self.cfg.of)
         ran = gc.run_stage(stage, calls, ctx)
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
-            self.settings.setdefault(node.name, node.attrs["qsettings"])
+            self.plan.adopt(node)
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)
@@ -242,9 +245,8 @@ class OptMaster:
     # ---- steps 6-9 ---------------------------------------------------------------
     def quantize(self) -> None:
         """The quantized graph, checked by a zero-input forward, and its files."""
-        keep = float_layers(self.graph, self.settings)
-        with quantized_graph_edits(self.graph, self.cfg):
-            self.qgraph, keep = build_quantized_graph(self.graph, self.settings, keep)
+        self.qgraph = self.plan.build()
+        keep = self.plan.float_kept
         self.qgraph.to(self.device)
         self.qgraph.zero_forward(device=self.device)
         OPT_INFO(f"quantized {sum(n.quantized for n in self.qgraph.nodes)} layers; kept in float: "

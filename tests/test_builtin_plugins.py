@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from npuopt import config as config_module
+from npuopt import cfg_reader
 from npuopt.config import load_config
 from npuopt.data import batches, make_dataset, make_metrics, split_batch
 from npuopt.dtype import Dtype
@@ -39,7 +39,7 @@ def metric(name, *args):
 @pytest.fixture
 def use_cfg(tmp_path, monkeypatch):
     """Loads a cfg with the given fields as the active one (restored afterwards)."""
-    monkeypatch.setattr(config_module, "_current", None)
+    monkeypatch.setattr(cfg_reader, "_current", None)
 
     def use(**fields):
         path = tmp_path / "opt.cfg"

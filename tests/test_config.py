@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from npuopt import config
+from npuopt import cfg_reader
 from npuopt.config import FIELDS, defaults, load_config
 from npuopt.errors import ConfigError
 
@@ -14,7 +14,7 @@ from conftest import assert_one_line_error, assert_verbose_traceback, start_npuo
 
 @pytest.fixture(autouse=True)
 def _restore_active_cfg(monkeypatch):
-    monkeypatch.setattr(config, "_current", None)
+    monkeypatch.setattr(cfg_reader, "_current", None)
 
 
 # ---- through the CLI: one line, no traceback ----------------------------------------

@@ -69,7 +69,7 @@ OPT_FIELDS = {
 
 @pytest.fixture(autouse=True)
 def _restore_active_cfg(monkeypatch):
-    monkeypatch.setattr(config, "_current", None)
+    monkeypatch.setattr(cfg_reader, "_current", None)
 
 
 def write(path: Path, **fields) -> Path:

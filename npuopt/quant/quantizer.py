@@ -4,7 +4,7 @@ import contextlib
 import copy
 import logging
 from collections import deque
-from typing import Dict, Set
+from typing import Dict, Optional, Set
 
 import torch
 
@@ -15,6 +15,7 @@ from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings, settings_of
 from .tensors import QUANTIZATION_FIELDS, Unsupported
+
 
 def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
     """Layers kept in float: asked for (trigger_float_op), or of a type with no quantize function."""
@@ -62,6 +63,41 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
             pending = deque(n for n in graph.nodes if n.name not in done)
     mark_unquantifiable(graph)
     return graph, keep_float
+
+
+def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed: Set[str]) -> Optional[Set[str]]:
+    """Quantize again, inside `qgraph` (built by build_quantized_graph from `float_graph`),
+    the layers named in `changed` (their settings or plan changed) and the layers after
+    them whose inputs' quantization that changes; the others stay as they are. Returns
+    the layers quantized again, or None where the change reaches what one layer alone
+    cannot redo (a float layer or a boundary, a layer that turns out Unsupported or that
+    changes its inputs' quantization): then build the whole graph again."""
+    dirty, redone, fresh_tensors = set(changed), set(), {}
+    for index, node in enumerate(list(qgraph.nodes)):
+        if node.name not in dirty:
+            continue
+        float_node = float_graph.node(node.name)
+        if float_node is None or not node.quantized:
+            return None
+        node.inputs = [fresh_tensors.get(t.name, t) for t in node.inputs]
+        inputs = [_quantization(t) for t in node.inputs]
+        fresh = copy.deepcopy(float_node, {id(f): q for f, q in zip(float_node.inputs, node.inputs)})
+        fresh.attrs["qsettings"] = settings[node.name]
+        try:
+            fresh.quantize()
+        except Unsupported:
+            return None
+        if inputs != [_quantization(t) for t in node.inputs]:
+            return None
+        fresh.quantized = True
+        fresh.params["unquantifiable"] = False
+        qgraph.nodes[index] = fresh
+        fresh_tensors.update((t.name, t) for t in fresh.outputs)
+        redone.add(node.name)
+        if [_quantization(t) for t in fresh.outputs] != [_quantization(t) for t in node.outputs]:
+            dirty.update(n.name for n in qgraph.successors(node))
+    qgraph.relink()
+    return redone
 
 
 def _quantization(t: PyTensor) -> tuple:

@@ -1,6 +1,6 @@
 """A layer's effective quantization settings, resolved once per run into frozen typed
 values: the cfg's fields, then their per-layer forms, then the layer's entry in the
-JSON opt_config (one precedence pass, plan_layer_settings); and the template of every
+JSON opt_config (one precedence pass, layer_values); and the template of every
 layer's settings, written in the opt_config's format."""
 import difflib
 import json
@@ -75,12 +75,9 @@ def settings_of(node) -> QuantSettings:
 
 
 # ---- the settings of a graph's layers, and their template ----------------------------
-def plan_layer_settings(cfg, graph) -> Dict[str, QuantSettings]:
-    """Every layer's settings (plan_settings), each also set as the layer's attrs['qsettings'],
-    with the cfg's one-line notes about them."""
-    settings = layer_settings(cfg, graph)
-    for node in graph.nodes:
-        node.attrs["qsettings"] = settings[node.name]
+def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
+    """The cfg's one-line notes about the layers' settings: per-layer parts that name no
+    layer, float modes, restricted 4-bit grids."""
     for key, pl in cfg.per_layer.items():
         unmatched = pl.unmatched(graph.nodes)
         if unmatched:
@@ -94,21 +91,26 @@ def plan_layer_settings(cfg, graph) -> Dict[str, QuantSettings]:
     if restricted:
         OPT_INFO(f"{restricted[0]} with 4 or fewer weight bits uses one level less than the bits give (-7..7 "
                  "at 4 bits); per_channel_asymmetric or a *_full_range method keeps it (README: 4-bit weights)")
-    return settings
 
 
 def layer_settings(cfg, graph) -> Dict[str, QuantSettings]:
-    """Each layer's settings in one precedence pass: the cfg's value; "extrema" for a layer
-    writing a graph output; quant_type's bits; the cfg's per-layer forms (`x & <[Type]:y>`,
-    OPT's float modes); the layer's entry in the JSON opt_config ({"layer": {"weight_bits": 4}})."""
+    """Each layer's settings, from its layer_values."""
+    return {name: QuantSettings(**values) for name, values in layer_values(cfg, graph).items()}
+
+
+def layer_values(cfg, graph) -> Dict[str, dict]:
+    """Each layer's setting values in one precedence pass: the cfg's value; "extrema" for
+    a layer writing a graph output; quant_type's bits; the cfg's per-layer forms
+    (`x & <[Type]:y>`, OPT's float modes); the layer's entry in the JSON opt_config
+    ({"layer": {"weight_bits": 4}}). What QuantSettings derives (multiplier_bits left 0)
+    is not in them, so values changed later derive it again as a fresh run would."""
     float_ops = {s.lower() for s in (cfg.trigger_float_op or [])}
     names = [n for n in QuantSettings.names() if n != "trigger_float_op"]
     base = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
     opt_config = read_opt_config(cfg.opt_config, graph) if cfg.opt_config else {}
     graph_outputs = {t.name for t in graph.output_tensors}
-    return {node.name: QuantSettings(**{**base, **_layer_values(cfg, node, float_ops, graph_outputs),
-                                        **opt_config.get(node.name, {})},
-                                     cfg_attrs={f: cfg.of(f, node) for f in COMPASS_CFG_ATTRS if hasattr(cfg, f)})
+    return {node.name: {**base, **_layer_values(cfg, node, float_ops, graph_outputs), **opt_config.get(node.name, {}),
+                        "cfg_attrs": {f: cfg.of(f, node) for f in COMPASS_CFG_ATTRS if hasattr(cfg, f)}}
             for node in graph.nodes}
 
 

@@ -1,0 +1,59 @@
+"""The quantization plan of one run: the decisions as data that algorithms read and
+edit, over the calibrated float graph, and the quantized graph that follows from them.
+
+Each layer's settings are resolved once from the cfg (settings.layer_values: the cfg,
+its per-layer forms, the opt_config) and set as the layer's attrs['qsettings']; global
+calibration methods and unify_scales* add ranges and roundings to the float graph's
+tensors and layers. `build` makes the quantized graph once; `change` edits one
+layer's settings and quantizes again only that layer and the layers whose inputs'
+quantization that changes (quantizer.requantize), which gives the quantized graph a
+fresh run with those settings in its opt_config gives."""
+import dataclasses
+from typing import Dict, Optional, Set
+
+from ..logger import OPT_INFO
+from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
+from .settings import QuantSettings, layer_values, note_settings
+
+
+class QuantPlan:
+    def __init__(self, cfg, graph):
+        self.cfg, self.graph = cfg, graph
+        self.values: Dict[str, dict] = layer_values(cfg, graph)
+        self.settings: Dict[str, QuantSettings] = {name: QuantSettings(**v) for name, v in self.values.items()}
+        for node in graph.nodes:
+            node.attrs["qsettings"] = self.settings[node.name]
+        note_settings(cfg, graph, self.settings)
+        self.qgraph = None
+        self.float_kept: Set[str] = set()
+
+    def adopt(self, node) -> None:
+        """A layer a global calibration method added, with the settings it brought."""
+        if node.name not in self.settings:
+            st = node.attrs["qsettings"]
+            self.settings[node.name] = st
+            self.values[node.name] = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)}
+
+    def build(self):
+        """The quantized graph of the float graph and this plan (layers kept in float behind
+        Quantize/DeQuantize layers); kept as `qgraph`, with the layers left in float."""
+        keep = float_layers(self.graph, self.settings)
+        with quantized_graph_edits(self.graph, self.cfg):
+            self.qgraph, self.float_kept = build_quantized_graph(self.graph, self.settings, keep)
+        return self.qgraph
+
+    def change(self, layer: str, **values) -> Optional[Set[str]]:
+        """Set settings of `layer` (as an opt_config entry would) and bring `qgraph` up to
+        date: the layers quantized again, or None where the whole graph was built again
+        (a layer kept in float, or a change that reaches one)."""
+        self.values[layer] = {**self.values[layer], **values}  # multiplier_bits 0 (the cfg's) is derived anew
+        self.settings[layer] = QuantSettings(**self.values[layer])
+        self.graph.node(layer).attrs["qsettings"] = self.settings[layer]
+        redone = None
+        if self.qgraph is not None and "trigger_float_op" not in values:
+            with quantized_graph_edits(self.graph, self.cfg):
+                redone = requantize(self.qgraph, self.graph, self.settings, {layer})
+        if redone is None:
+            OPT_INFO(f"plan: layer '{layer}' changed; the quantized graph is built again")
+            self.build()
+        return redone

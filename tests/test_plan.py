@@ -1,0 +1,75 @@
+"""The quantization plan (npuopt/quant/plan.py): one layer's settings changed in the plan
+re-quantize that layer and the layers its change reaches, and the IR written then is
+the one a fresh run with those settings in its opt_config writes."""
+import json
+import os
+
+import pytest
+
+from npuopt.config import load_config
+from npuopt.ir import write_graph
+from npuopt.optmaster import OptMaster
+from npuopt.plugins import load_plugins
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "tiny_cnn")
+
+
+def run(folder, **fields):
+    folder.mkdir(parents=True, exist_ok=True)
+    values = dict(graph=f"{EXAMPLE}/tiny_cnn.txt", bin=f"{EXAMPLE}/tiny_cnn.bin", model_name="tiny_cnn",
+                  output_dir=folder / "out", dataset="NumpyDataset", calibration_data=f"{EXAMPLE}/data.npy",
+                  statistic_file=folder.parent / "statistics.npy", global_calibration="none", device="cpu",
+                  quantize_method_for_weight="per_channel_symmetric_restricted_range",
+                  quantize_method_for_activation="per_tensor_asymmetric", **fields)
+    (folder / "opt.cfg").write_text("[Common]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
+    load_plugins()
+    master = OptMaster(load_config(str(folder / "opt.cfg")))
+    master.run()
+    return master
+
+
+def written(graph, folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    graph.zero_forward()
+    write_graph(graph, str(folder / "m_o.txt"), str(folder / "m_o.bin"))
+    return (folder / "m_o.txt").read_bytes(), (folder / "m_o.bin").read_bytes()
+
+
+CHANGES = [  # (layer, settings, the layers quantized again)
+    ("dw", {"activation_bits": 16}, {"dw", "pw"}),            # its output grid, and its reader's rescale
+    ("conv1", {"weight_bits": 4}, {"conv1"}),                  # its weights only: its output grid stays
+    ("pw", {"quantize_method_for_activation": "per_tensor_symmetric_full_range"}, None),
+]
+
+
+def test_a_changed_layer_gives_the_ir_of_a_fresh_run(tmp_path):
+    master = run(tmp_path / "first")
+    before = written(master.plan.qgraph, tmp_path / "before")
+    asked = {}
+    for i, (layer, values, expected) in enumerate(CHANGES):
+        redone = master.plan.change(layer, **values)
+        assert redone is not None and layer in redone
+        if expected is not None:
+            assert redone == expected
+        assert len(redone) < len(master.plan.qgraph.nodes) / 2
+        asked[layer] = {**asked.get(layer, {}), **values}
+        (tmp_path / f"opt_config{i}.json").write_text(json.dumps(asked))
+        fresh = run(tmp_path / f"fresh{i}", opt_config=tmp_path / f"opt_config{i}.json")
+        ours = written(master.plan.qgraph, tmp_path / f"changed{i}")
+        assert ours == written(fresh.qgraph, tmp_path / f"fresh_written{i}"), f"after changing {layer}: {values}"
+        assert ours != before
+
+
+def test_a_change_to_a_float_layer_builds_the_graph_again(tmp_path):
+    master = run(tmp_path / "first")
+    assert master.plan.change("dw", trigger_float_op=True) is None
+    assert "dw" in master.plan.float_kept
+    fresh = run(tmp_path / "fresh", trigger_float_op="dw")
+    assert written(master.plan.qgraph, tmp_path / "a") == written(fresh.qgraph, tmp_path / "b")
+
+
+@pytest.mark.parametrize("layer", ["nope"])
+def test_an_unknown_layer_is_refused(tmp_path, layer):
+    master = run(tmp_path / "first")
+    with pytest.raises(KeyError):
+        master.plan.change(layer, activation_bits=16)
