@@ -33,7 +33,6 @@ from .quant import global_calibration as gc
 from .quant.calibration import LayerCalibrator, attach_statistics
 from .quant.plan_report import quantization_rows
 from .quant.plan import QuantPlan
-from .quant.quantizer import quantized_copy
 from .quant.settings import write_template
 from .quant.statistics import load_statistics_file, save_statistics
 from .quant.unify_scales import unify_scales
@@ -236,7 +235,7 @@ class OptMaster:
 
     def quantized_graph(self):
         """The quantized graph as the float graph and its plan give it now."""
-        return quantized_copy(self.graph, self.device, self.cfg)
+        return self.plan.quantized_copy(self.device)
 
     def after_calibration(self) -> None:
         self.global_calibration("after_calibration")

@@ -9,11 +9,12 @@ layer's settings and quantizes again only that layer and the layers whose inputs
 quantization that changes (quantizer.requantize), which gives the quantized graph a
 fresh run with those settings in its opt_config gives."""
 import dataclasses
+import logging
 from typing import Dict, Optional, Set
 
 from ..logger import OPT_INFO
 from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
-from .settings import QuantSettings, layer_values, note_settings
+from .settings import QuantSettings, layer_values, note_settings, settings_of
 
 
 class QuantPlan:
@@ -41,6 +42,21 @@ class QuantPlan:
         with quantized_graph_edits(self.graph, self.cfg):
             self.qgraph, self.float_kept = build_quantized_graph(self.graph, self.settings, keep)
         return self.qgraph
+
+    def quantized_copy(self, device):
+        """A quantized graph of the float graph and this plan now (the ranges and roundings
+        planned so far included), quietly: what global calibration methods and
+        unify_scales* measure, while `qgraph` stays the pipeline's."""
+        log = logging.getLogger("npuopt")
+        level = log.level
+        log.setLevel(logging.ERROR)  # the pipeline's own build says its warnings, once
+        try:
+            settings = {n.name: settings_of(n) for n in self.graph.nodes}  # layers a running method added too
+            with quantized_graph_edits(self.graph, self.cfg):
+                qgraph, _ = build_quantized_graph(self.graph, settings, float_layers(self.graph, settings))
+        finally:
+            log.setLevel(level)
+        return qgraph.to(device)
 
     def change(self, layer: str, **values) -> Optional[Set[str]]:
         """Set settings of `layer` (as an opt_config entry would) and bring `qgraph` up to

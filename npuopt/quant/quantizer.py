@@ -2,7 +2,6 @@
 Quantize/DeQuantize layers at their boundaries, and each layer's quantize."""
 import contextlib
 import copy
-import logging
 from collections import deque
 from typing import Dict, Optional, Set
 
@@ -13,7 +12,7 @@ from ..logger import OPT_INFO, OPT_WARN
 from ..node import PyNode
 from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
-from .settings import QuantSettings, settings_of
+from .settings import QuantSettings
 from .tensors import QUANTIZATION_FIELDS, Unsupported
 
 
@@ -172,27 +171,6 @@ def _unique(graph, name: str) -> str:
     while out in names:
         out, i = f"{name}_{i}", i + 1
     return out
-
-
-@contextlib.contextmanager
-def _quiet():
-    """The pipeline's own build of the quantized graph says its warnings once."""
-    log = logging.getLogger("npuopt")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
-def quantized_copy(graph, device, cfg):
-    """The quantized graph as the pipeline builds it from `graph` now with `cfg` (the
-    roundings planned so far included): what the layers after a rounded one will see."""
-    settings = {n.name: settings_of(n) for n in graph.nodes}
-    with _quiet(), quantized_graph_edits(graph, cfg):
-        qgraph, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
-    return qgraph.to(device)
 
 
 @contextlib.contextmanager
