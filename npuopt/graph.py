@@ -219,8 +219,8 @@ class PyGraph:
 
     def check_supported(self) -> None:
         """Every layer type has a forward; otherwise one error listing every missing type
-        (with how many layers and the first of them), before anything runs."""
-        import npuopt.ops  # noqa: F401  (built-in ops register on import)
+        (with how many layers and the first of them), before anything runs. The built-in
+        ops and the plugins are registered by then (plugins.load_plugins)."""
         from .registry import OP_FORWARDS, failed_imports
         missing: Dict[str, List[str]] = OrderedDict()
         for node in self.nodes:

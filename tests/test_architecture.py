@@ -1,5 +1,6 @@
-"""The shape of the code (docs/architecture.md): no import cycle among npuopt's modules,
-and sizes that keep the pipeline and each module readable.
+"""The shape of the code (docs/architecture.md): lower layers never import upper ones, no
+import cycle among npuopt's modules, and sizes that keep the pipeline and each module
+readable.
 
 An import counts wherever it is written (inside a function too); importing `a.b.c`
 counts as importing the packages `a.b` and `a` as well (Python runs their __init__
@@ -17,6 +18,24 @@ PACKAGE = REPO / "npuopt"
 FIELD_TABLE = "npuopt.config"  # the one module allowed past MODULE_LINES: the cfg field table
 MODULE_LINES = 400
 PIPELINE, PIPELINE_LINES, STAGE_LINES = "npuopt.optmaster", 300, 40
+# docs/architecture.md's layers, bottom up: a module imports from its own layer or below.
+# A module is in the layer of the longest name here that is it or a package above it.
+LAYERS = [
+    ["npuopt", "npuopt.errors", "npuopt.logger", "npuopt.dtype", "npuopt.outputs", "npuopt.registry",
+     "npuopt.metric", "npuopt.quant", "npuopt.quant.qmath", "npuopt.quant.statistics", "npuopt.quant.strategies",
+     "npuopt.quant.formats", "npuopt.ir.values"],
+    ["npuopt.cfg_reader", "npuopt.config", "npuopt.quant.settings"],
+    ["npuopt.tensor", "npuopt.node", "npuopt.graph", "npuopt.quant.fields"],
+    ["npuopt.ir", "npuopt.ir.reader", "npuopt.ir.writer"],
+    ["npuopt.quant.tensors", "npuopt.quant.compare"],
+    ["npuopt.ops"],
+    ["npuopt.passes", "npuopt.quant.calibration", "npuopt.quant.quantizer", "npuopt.quant.plan",
+     "npuopt.quant.unify_scales", "npuopt.quant.global_calibration", "npuopt.quant.plan_report", "npuopt.data",
+     "npuopt.datasets_common"],
+    ["npuopt.ir.builder", "npuopt.feed", "npuopt.data_checks", "npuopt.evaluation", "npuopt.plugins",
+     "npuopt.optmaster", "npuopt.framework", "npuopt.features", "npuopt.utils", "npuopt.compass_ops"],
+    ["npuopt.cli", "npuopt.__main__"],
+]
 
 
 def module_files() -> Dict[str, Path]:
@@ -76,6 +95,20 @@ def test_the_import_walk_sees_imports_inside_functions(tmp_path):
     fake.write_text("def f():\n    from .b import x\n    import npuopt.a.c\n", encoding="utf-8")
     assert imported("npuopt.m", fake, {"npuopt", "npuopt.a", "npuopt.a.c", "npuopt.b", "npuopt.m"}) == \
         {"npuopt.a", "npuopt.a.c", "npuopt.b"}  # (its own package runs first anyway)
+
+
+def layer_of(module: str) -> int:
+    names = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    while module not in names:
+        assert "." in module, f"{module} is in no layer of LAYERS (docs/architecture.md): add it"
+        module = module.rpartition(".")[0]
+    return names[module]
+
+
+def test_lower_layers_never_import_upper_ones():
+    graph = import_graph()
+    upward = [f"{a} -> {b}" for a, b in graph.edges if layer_of(b) > layer_of(a)]
+    assert not upward, f"imports from a higher layer (docs/architecture.md): {upward}"
 
 
 def test_module_sizes():
