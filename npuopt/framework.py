@@ -11,7 +11,7 @@ from .logger import OPT_DEBUG, OPT_ERROR, OPT_FATAL, OPT_INFO, OPT_WARN
 from .metric import OptBaseMetric
 from .node import PyNode
 from .registry import (OP_APPROXIMATORS, OP_FORWARDS, OP_QUANTIZERS, OpType, PluginType, approx_register,
-                       op_register, quant_register, register_optype, register_plugin)
+                       op_register, patches_register, quant_register, register_optype, register_plugin)
 from .tensor import PyTensor, TensorShape, get_tensor_default_property
 from .graph import PyGraph, QuantizeGraph
 from .config import current_config, register_field
@@ -21,7 +21,8 @@ Tensor = PyTensor  # the name the Compass Optimizer's documented op plugin examp
 __all__ = [
     "torch", "Dataset", "Dtype", "NpuoptError", "PluginError", "DatasetError", "OptBaseMetric",
     "PyNode", "PyTensor", "Tensor", "TensorShape", "get_tensor_default_property", "PyGraph", "QuantizeGraph",
-    "OpType", "PluginType", "op_register", "quant_register", "approx_register", "register_optype", "register_plugin",
+    "OpType", "PluginType", "op_register", "quant_register", "approx_register", "patches_register", "register_optype",
+    "register_plugin",
     "register_field", "current_config",
     "OP_FORWARDS", "OP_QUANTIZERS", "OP_APPROXIMATORS",
     "OPT_DEBUG", "OPT_INFO", "OPT_WARN", "OPT_ERROR", "OPT_FATAL",

@@ -173,6 +173,7 @@ class Registry:
 OP_FORWARDS = Registry("op forward")
 OP_QUANTIZERS = Registry("op quantizer")
 OP_APPROXIMATORS = Registry("op approximate")
+OP_PATCHES = Registry("op patches")
 PLUGINS = {t: Registry(t.value.lower(), True) for t in PluginType}
 
 
@@ -211,6 +212,17 @@ def op_register(optypes, version="1.0"):
 def quant_register(optypes, version="1.0"):
     """Register a quantize function `fn(node, *args)` for a layer type (or a list)."""
     return _op_decorator(OP_QUANTIZERS, optypes, version)
+
+
+def patches_register(optypes, version="1.0"):
+    """Register a layer type's input patches `fn(node, x, rows, real)`: what a global
+    calibration method needs of a linear layer (its output rows as a matrix product of
+    patches and weight rows), so that methods never reach into an op's geometry. It
+    returns [groups, len(rows), K] in float32: the inputs of output positions `rows`
+    (numbered over the samples of x, positions in order) in the order of a weight row;
+    `real(v)` gives values as real numbers (a quantized input's dequantized), padding
+    is a real 0."""
+    return _op_decorator(OP_PATCHES, optypes, version)
 
 
 def approx_register(optypes, version="1.0"):

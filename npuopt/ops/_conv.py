@@ -66,6 +66,26 @@ def window(node, dims: int, transposed: bool = False) -> Window:
         group=_int_param(node, "group", 1, 1))
 
 
+def patches_2d(node, x: torch.Tensor, rows: torch.Tensor, real) -> torch.Tensor:
+    """The input patches of a 2-D convolution's output positions `rows`, [groups, rows,
+    ky * kx * C/group] in the weights' row order (registry.patches_register)."""
+    w = window(node, 2)
+    (ky, kx), (sy, sx), (dy, dx), ((top, bottom), (left, right)) = w.kernel, w.stride, w.dilation, w.pads
+    height, width = x.shape[1], x.shape[2]
+    out_h = (height + top + bottom - dy * (ky - 1) - 1) // sy + 1
+    out_w = (width + left + right - dx * (kx - 1) - 1) // sx + 1
+    sample, oy, ox = rows // (out_h * out_w), rows // out_w % out_h, rows % out_w
+    iy = (oy * sy - top).reshape(-1, 1, 1) + (torch.arange(ky, device=x.device) * dy).reshape(1, -1, 1)
+    ix = (ox * sx - left).reshape(-1, 1, 1) + (torch.arange(kx, device=x.device) * dx).reshape(1, 1, -1)
+    inside = (iy >= 0) & (iy < height) & (ix >= 0) & (ix < width)
+    taps = x[sample.reshape(-1, 1, 1), iy.clamp(0, height - 1), ix.clamp(0, width - 1)]  # [rows, ky, kx, C]
+    taps = real(taps) * inside.unsqueeze(-1)
+    if w.group == 1:
+        return taps.reshape(1, len(rows), -1)
+    c = x.shape[-1] // w.group
+    return taps.reshape(len(rows), ky * kx, w.group, c).permute(2, 0, 1, 3).reshape(w.group, len(rows), -1).contiguous()
+
+
 def geometry(node, x: torch.Tensor, weights: torch.Tensor, dims: int, transposed: bool = False,
              biases: torch.Tensor = None) -> Window:
     """Window params checked against each other, the input, the weights and the biases;

@@ -11,8 +11,8 @@ import torch
 from ..errors import IRError
 from ..quant import qmath
 from ..quant import tensors as QT
-from ..registry import OpType, op_register, quant_register
-from ._conv import conv_float, geometry
+from ..registry import OpType, op_register, patches_register, quant_register
+from ._conv import conv_float, geometry, patches_2d
 from ._layout import nchw_to_nhwc, nhwc_to_nchw, optional_constant, pad_nchw
 from ._linear import linear_output, quantize_linear
 from .activation import apply_fused_activation
@@ -63,3 +63,6 @@ def convolution_forward(self, *args):
 @quant_register(OpType.DepthwiseConv, "1.0")
 def convolution_quantize(self, *args):
     quantize_linear(self, groups=self.get_param("group", 1), per_channel_constants=self.type == OpType.DepthwiseConv)
+
+
+patches_register([OpType.Convolution, OpType.DepthwiseConv], "1.0")(patches_2d)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from ..errors import IRError
 from ..quant import qmath
 from ..quant import tensors as QT
-from ..registry import OpType, op_register, quant_register
+from ..registry import OpType, op_register, patches_register, quant_register
 from ._layout import optional_constant
 from ._linear import linear_output, quantize_linear
 from .activation import apply_fused_activation
@@ -61,3 +61,10 @@ def fully_connected_forward(self, *args):
 @quant_register(OpType.FullyConnected, "1.0")
 def fully_connected_quantize(self, *args):
     quantize_linear(self)
+
+
+@patches_register(OpType.FullyConnected, "1.0")
+def fully_connected_patches(node, x, rows, real):
+    """The input features of output rows `rows` ([1, rows, features]): a FullyConnected
+    layer's one group."""
+    return real(x.reshape(-1, x.shape[-1])[rows]).unsqueeze(0)

@@ -22,8 +22,7 @@ from typing import Iterator, List, Optional
 import torch
 
 from ...errors import ConfigError, QuantizeError
-from ...ops._conv import window
-from ...registry import OpType
+from ...registry import OP_PATCHES, OpType
 from .. import tensors as QT
 from ..compare import dequantized
 from ..settings import settings_of
@@ -119,28 +118,10 @@ class Stream:
 
 # ---- one layer's problem ---------------------------------------------------------------
 def patches(node, x: torch.Tensor, rows: torch.Tensor, qt=None) -> torch.Tensor:
-    """Patches `rows` of the layer's input x as [groups, rows, K] in float32: the inputs
-    of those output positions (numbered over the samples, positions in order), in the
-    order of the weights' row [kh, kw, C/group] (FullyConnected: the features); the
-    padding is zero (its real value). x holds `qt`'s integers when qt is given.
+    """Patches `rows` of the layer's input x as [groups, rows, K] in float32, as its layer
+    type gives them (registry.patches_register); x holds `qt`'s integers when qt is given.
     Gathered straight from x: a layer's input is far larger than the patches used."""
-    if node.type == OpType.FullyConnected:
-        return _real(x.reshape(-1, x.shape[-1])[rows], qt).unsqueeze(0)
-    w = window(node, 2)
-    (ky, kx), (sy, sx), (dy, dx), ((top, bottom), (left, right)) = w.kernel, w.stride, w.dilation, w.pads
-    height, width = x.shape[1], x.shape[2]
-    out_h = (height + top + bottom - dy * (ky - 1) - 1) // sy + 1
-    out_w = (width + left + right - dx * (kx - 1) - 1) // sx + 1
-    sample, oy, ox = rows // (out_h * out_w), rows // out_w % out_h, rows % out_w
-    iy = (oy * sy - top).reshape(-1, 1, 1) + (torch.arange(ky, device=x.device) * dy).reshape(1, -1, 1)
-    ix = (ox * sx - left).reshape(-1, 1, 1) + (torch.arange(kx, device=x.device) * dx).reshape(1, 1, -1)
-    inside = (iy >= 0) & (iy < height) & (ix >= 0) & (ix < width)
-    taps = x[sample.reshape(-1, 1, 1), iy.clamp(0, height - 1), ix.clamp(0, width - 1)]  # [rows, ky, kx, C]
-    taps = _real(taps, qt) * inside.unsqueeze(-1)
-    if w.group == 1:
-        return taps.reshape(1, len(rows), -1)
-    c = x.shape[-1] // w.group
-    return taps.reshape(len(rows), ky * kx, w.group, c).permute(2, 0, 1, 3).reshape(w.group, len(rows), -1).contiguous()
+    return OP_PATCHES.get(node.type)(node, x, rows, lambda v: _real(v, qt))
 
 
 def _real(v: torch.Tensor, qt) -> torch.Tensor:
