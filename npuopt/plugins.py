@@ -10,7 +10,10 @@ import their siblings: a file X.py of a plugin folder is importable as `X`,
 `npuopt.plugins.X` and `npuopt.ops.X` (the names a ported Compass plugin uses).
 Each file is executed once whatever name imports it. While a folder's files load,
 its X.py also stands for a built-in `npuopt.ops.X` of the same name (the user's
-module wins there too); built-in ops keep their own modules.
+module wins there too), and where no plugin folder has an X.py, `npuopt.ops.X` is the
+adapter holding the helpers of the Compass Optimizer's ops/X.py (npuopt.compass_ops:
+what a plugin named `aipubt_opt_op_<name>.py` imports from OPT's op modules); built-in
+ops keep their own modules.
 """
 import importlib.abc
 import importlib.util
@@ -120,29 +123,50 @@ def load_plugins() -> None:
 
 class _user_modules_over_builtin_ops:
     """While `directory` loads, `npuopt.ops.X` names its X.py where a built-in module
-    npuopt/ops/X.py exists too; the built-in modules come back afterwards."""
+    npuopt/ops/X.py exists too, and the Compass Optimizer adapter compass_ops.ADAPTERS[X]
+    where no plugin folder has an X.py; npuopt's own modules (or none) come back afterwards."""
 
     def __init__(self, directory: str):
         self.directory = directory
-        self.saved: Dict[str, ModuleType] = {}
+        self.saved: Dict[str, Optional[ModuleType]] = {}
 
     def __enter__(self):
-        import npuopt.ops as ops
         for fname in os.listdir(self.directory):
             stem, ext = os.path.splitext(fname)
-            name = f"npuopt.ops.{stem}"
-            if ext == ".py" and name in sys.modules and not _is_plugin_module(sys.modules[name]):
-                self.saved[stem] = sys.modules.pop(name)
-                if getattr(ops, stem, None) is self.saved[stem]:
-                    delattr(ops, stem)
+            if ext == ".py" and f"npuopt.ops.{stem}" in sys.modules:
+                self._replace(stem, None)
+        from . import compass_ops
+        # all imported before any is in place: they import npuopt's own npuopt.ops modules
+        adapters = {stem: importlib.import_module(name) for stem, name in compass_ops.ADAPTERS.items()}
+        for stem, adapter in adapters.items():
+            if _sibling_file(stem) is None:
+                self._replace(stem, adapter)
         return self
 
+    def _replace(self, stem: str, module: Optional[ModuleType]) -> None:
+        """`npuopt.ops.<stem>` is `module` until __exit__, unless a plugin's module is already."""
+        current = sys.modules.get(f"npuopt.ops.{stem}")
+        if current is None or not _is_plugin_module(current):
+            self.saved.setdefault(stem, current)
+            _set_ops_module(stem, module)
+
     def __exit__(self, *_exc):
-        import npuopt.ops as ops
         for stem, module in self.saved.items():
-            sys.modules[f"npuopt.ops.{stem}"] = module
-            setattr(ops, stem, module)
+            _set_ops_module(stem, module)
         return False
+
+
+def _set_ops_module(stem: str, module: Optional[ModuleType]) -> None:
+    """`npuopt.ops.<stem>` is `module` (None: no module, the finder looks for a sibling)."""
+    import npuopt.ops as ops
+    name = f"npuopt.ops.{stem}"
+    if module is None:
+        sys.modules.pop(name, None)
+        if isinstance(getattr(ops, stem, None), ModuleType):
+            delattr(ops, stem)
+    else:
+        sys.modules[name] = module
+        setattr(ops, stem, module)
 
 
 def _is_plugin_module(module: ModuleType) -> bool:

@@ -68,7 +68,9 @@ def dummy_example(opt_root: Path) -> str:
     return next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "register_optype('DummyOP')" in b)
 
 
-def build_ir(folder: Path) -> Path:
+def build_ir(folder: Path, extra: dict = None) -> Path:
+    """The common layers (LAYERS, Eltwise, Convolution per tensor and per channel, DummyOP)
+    on the inputs, and `extra` {name: (type, params, {constant: shape})} before DummyOP."""
     gen = torch.Generator().manual_seed(0)
     b = GraphBuilder("ops")
     b.input("x", SHAPE)
@@ -80,6 +82,10 @@ def build_ir(folder: Path) -> Path:
         b.layer("Convolution", name, ["x"], CONV, {"weights": torch.randn(4, 3, 3, 3, generator=gen)
                                                    * torch.tensor([1.0, 0.1, 0.01, 2.0]).reshape(4, 1, 1, 1),
                                                    "biases": torch.randn(4, generator=gen)})
+    for name, (optype, params, constants) in (extra or {}).items():
+        values = {k: torch.rand(shape, generator=gen) + 0.5 if k == "weights" and len(shape) == 1
+                  else torch.randn(shape, generator=gen) for k, shape in constants.items()}
+        b.layer(optype, name, ["x", "y"] if optype == "Add" else ["x"], params, values)
     b.layer("Abs", "dummy", ["x"], {"whether_minus_one": False})  # written as a DummyOP (its forward is a plugin's)
     b.nodes[-1].type = "DummyOP"
     txt = folder / "ops.txt"
@@ -114,6 +120,12 @@ def runs(ported, opt_root, tmp_path_factory):
         (folder / "aipubt_opt_op_dummy.py").write_text(port_text(dummy_example(opt_root)), encoding="utf-8")
     for name in with_imports(ported / "ops", OP_FILES):
         shutil.copy(ported / "ops" / f"{name}.py", plugin_dirs["opt"])
+    return quantize_with_plugins(work, txt, plugin_dirs)
+
+
+def quantize_with_plugins(work: Path, txt: Path, plugin_dirs: dict) -> dict:
+    """{kind: (stderr, layers of the written IR, report)} of one npuopt run on `txt` (with
+    work/data.npz) per plugin folder of `plugin_dirs` {kind: folder}, side by side."""
     futures = {}
     for kind, folder in plugin_dirs.items():
         cfg = write_cfg(work / f"{kind}.cfg", graph=txt.name, bin=txt.with_suffix(".bin").name,

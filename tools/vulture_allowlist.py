@@ -46,6 +46,20 @@ _.weight_type
 _.bias_type
 _._to_Dtype
 
+# the Compass Optimizer's op-module helpers (npuopt/compass_ops), which users' op plugins import
+_.apply_with_activation, _.apply_with_activation_quantize, _.with_activation_allow_merge_out_zerop_to_bias
+_.unknown_activation, _.unknown_quantize, _.unknown_approx, _.sigmoid_approx, _.tanh_approx, _.silu_approx
+_.sigmoid_forward, _.leakyrelu, _.prelu, _.selu, _.swish, _.shrink, _.thresholdedrelu, _.crelu
+_.relu6_quantize, _.clip_quantize, _.leakyrelu_quantize, _.prelu_quantize, _.sigmoid_quantize, _.tanh_quantize
+_.elu_quantize, _.selu_quantize, _.celu_quantize, _.hardswish_quantize, _.hardsigmoid_quantize, _.softplus_quantize
+_.softsign_quantize, _.silu_quantize, _.swish_quantize, _.mish_quantize, _.gelu_quantize, _.shrink_quantize
+_.thresholdedrelu_quantize, _.crelu_quantize
+_.conv2d_quantize, _.linear_op_quantize, _.absorb_input_zp_to_bias_and_compress_bias_for_aiff
+_.WinogradChecker, _.WinogradAllocator, _.eltwise_quantizes, _.batch_norm_quantize, _.groupnorm
+_.groupnorm_quantize, _.inp_quantize, _.interp, _.interp_quantize, _.permute_quantize, _.pooling
+_.pooling_quantize, _.select_forward, _.select_quantize, _.stridedslice, _.stridedslice_quantize
+_.sinh_approx, _.softmax_approx
+
 # parameters of aten ops' schemas: the exporter's handlers take them by name
 _.implicit
 _.cudnn_enabled
