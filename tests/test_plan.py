@@ -7,6 +7,7 @@ import os
 import pytest
 
 from npuopt.config import load_config
+from npuopt.errors import ConfigError
 from npuopt.ir import write_graph
 from npuopt.optmaster import OptMaster
 from npuopt.plugins import load_plugins
@@ -68,8 +69,9 @@ def test_a_change_to_a_float_layer_builds_the_graph_again(tmp_path):
     assert written(master.plan.qgraph, tmp_path / "a") == written(fresh.qgraph, tmp_path / "b")
 
 
-@pytest.mark.parametrize("layer", ["nope"])
-def test_an_unknown_layer_is_refused(tmp_path, layer):
+def test_an_unknown_layer_or_setting_is_refused_in_one_line(tmp_path):
     master = run(tmp_path / "first")
-    with pytest.raises(KeyError):
-        master.plan.change(layer, activation_bits=16)
+    with pytest.raises(ConfigError, match="plan: no layer named 'nope'"):
+        master.plan.change("nope", activation_bits=16)
+    with pytest.raises(ConfigError, match="plan: layer 'dw': unknown setting.s. activation_bit "):
+        master.plan.change("dw", activation_bit=16)

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from typing import Dict, Optional, Set
 
+from ..errors import ConfigError
 from ..logger import OPT_INFO
 from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
 from .settings import QuantSettings, layer_values, note_settings, settings_of
@@ -62,6 +63,12 @@ class QuantPlan:
         """Set settings of `layer` (as an opt_config entry would) and bring `qgraph` up to
         date: the layers quantized again, or None where the whole graph was built again
         (a layer kept in float, or a change that reaches one)."""
+        if layer not in self.values:
+            raise ConfigError(f"plan: no layer named '{layer}'")
+        unknown = sorted(set(values) - set(QuantSettings.names()))
+        if unknown:
+            raise ConfigError(f"plan: layer '{layer}': unknown setting(s) {', '.join(unknown)} "
+                              f"(known: {', '.join(QuantSettings.names())})")
         self.values[layer] = {**self.values[layer], **values}  # multiplier_bits 0 (the cfg's) is derived anew
         self.settings[layer] = QuantSettings(**self.values[layer])
         self.graph.node(layer).attrs["qsettings"] = self.settings[layer]
