@@ -107,6 +107,16 @@ class PyGraph:
         self.set_layers(self.nodes, [t.name for t in self.input_tensors],
                         [t.name for t in self.output_tensors], where=self.name)
 
+    def replace_tensors(self, new: Dict[str, PyTensor]) -> None:
+        """Put tensors in place of those of the same names (a layer made again wrote them):
+        every reader and the graph's inputs and outputs take the new ones; the structure
+        is unchanged, so unlike relink nothing is sorted again."""
+        for node in self.nodes:
+            node.inputs = [new.get(t.name, t) for t in node.inputs]
+        self._tensors.update((name, t) for name, t in new.items() if name in self._tensors)
+        self.input_tensors = [new.get(t.name, t) for t in self.input_tensors]
+        self.output_tensors = [new.get(t.name, t) for t in self.output_tensors]
+
     # ---- execution -------------------------------------------------------
     def to(self, device) -> "PyGraph":
         for node in self.nodes:

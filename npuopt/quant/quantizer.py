@@ -71,14 +71,13 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
     the layers quantized again, or None where the change reaches what one layer alone
     cannot redo (a float layer or a boundary, a layer that turns out Unsupported or that
     changes its inputs' quantization): then build the whole graph again."""
-    dirty, redone, fresh_tensors = set(changed), set(), {}
+    dirty, redone = set(changed), set()
     for index, node in enumerate(list(qgraph.nodes)):
         if node.name not in dirty:
             continue
         float_node = float_graph.node(node.name)
         if float_node is None or not node.quantized:
             return None
-        node.inputs = [fresh_tensors.get(t.name, t) for t in node.inputs]
         inputs = [_quantization(t) for t in node.inputs]
         fresh = copy.deepcopy(float_node, {id(f): q for f, q in zip(float_node.inputs, node.inputs)})
         fresh.attrs["qsettings"] = settings[node.name]
@@ -91,11 +90,10 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
         fresh.quantized = True
         fresh.params["unquantifiable"] = False
         qgraph.nodes[index] = fresh
-        fresh_tensors.update((t.name, t) for t in fresh.outputs)
+        qgraph.replace_tensors({t.name: t for t in fresh.outputs})
         redone.add(node.name)
         if [_quantization(t) for t in fresh.outputs] != [_quantization(t) for t in node.outputs]:
             dirty.update(n.name for n in qgraph.successors(node))
-    qgraph.relink()
     return redone
 
 
