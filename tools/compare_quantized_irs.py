@@ -14,7 +14,7 @@ The jobs: every op test in op_tests/, every float IR in ../shared/data/parser_ir
 scaled like its ref_input.npy) and EfficientNet-Lite0 (npuopt-export's IR, the first
 100 `calib` images), each under the settings of SETTINGS: its cfg as written and
 per-channel weights with asymmetric activations, each alone, with
-`global_calibration = adaround` and with `unify_scales_for_concat = true`.
+`global_calibration = adaround`, with `unify_scales_for_concat = true` and with both.
 Prints one line per differing job and a summary; exits 1 when any job differs.
 """
 import argparse
@@ -36,7 +36,8 @@ METHODS = {"defaults": [],
            "per_channel_asym": ["quantize_method_for_weight=per_channel_symmetric_restricted_range",
                                 "quantize_method_for_activation=per_tensor_asymmetric"]}
 VARIANTS = {"plain": [], "adaround": ["global_calibration=adaround"],
-            "unify_concat": ["unify_scales_for_concat=true"]}
+            "unify_concat": ["unify_scales_for_concat=true"],
+            "adaround+unify_concat": ["global_calibration=adaround", "unify_scales_for_concat=true"]}
 SETTINGS = {f"{m}+{v}": METHODS[m] + VARIANTS[v] for m in METHODS for v in VARIANTS}
 CALIBRATION_INPUTS = 8
 
