@@ -8,6 +8,7 @@ tensors and layers. `build` makes the quantized graph once; `change` edits one
 layer's settings and quantizes again only that layer and the layers whose inputs'
 quantization that changes (quantizer.requantize), which gives the quantized graph a
 fresh run with those settings in its opt_config gives."""
+import contextlib
 import dataclasses
 import logging
 from typing import Dict, Optional, Set
@@ -46,17 +47,11 @@ class QuantPlan:
 
     def quantized_copy(self, device):
         """A quantized graph of the float graph and this plan now (the ranges and roundings
-        planned so far included), quietly: what global calibration methods and
-        unify_scales* measure, while `qgraph` stays the pipeline's."""
-        log = logging.getLogger("npuopt")
-        level = log.level
-        log.setLevel(logging.ERROR)  # the pipeline's own build says its warnings, once
-        try:
-            settings = {n.name: settings_of(n) for n in self.graph.nodes}  # layers a running method added too
-            with quantized_graph_edits(self.graph, self.cfg):
-                qgraph, _ = build_quantized_graph(self.graph, settings, float_layers(self.graph, settings))
-        finally:
-            log.setLevel(level)
+        planned so far included): what global calibration methods and unify_scales*
+        measure, while `qgraph` stays the pipeline's."""
+        settings = {n.name: settings_of(n) for n in self.graph.nodes}  # layers a running method added too
+        with _said_once(), quantized_graph_edits(self.graph, self.cfg):
+            qgraph, _ = build_quantized_graph(self.graph, settings, float_layers(self.graph, settings))
         return qgraph.to(device)
 
     def change(self, layer: str, **values) -> Optional[Set[str]]:
@@ -74,9 +69,23 @@ class QuantPlan:
         self.graph.node(layer).attrs["qsettings"] = self.settings[layer]
         redone = None
         if self.qgraph is not None and "trigger_float_op" not in values:
-            with quantized_graph_edits(self.graph, self.cfg):
+            with _said_once(), quantized_graph_edits(self.graph, self.cfg):
                 redone = requantize(self.qgraph, self.graph, self.settings, {layer})
         if redone is None:
             OPT_INFO(f"plan: layer '{layer}' changed; the quantized graph is built again")
             self.build()
         return redone
+
+
+@contextlib.contextmanager
+def _said_once():
+    """Builds other than the pipeline's own (`build`) say nothing below errors: the notes
+    and warnings about the quantized graph (a layer type without quantize,
+    resize_degrade_to_nearest...) are said there, once."""
+    log = logging.getLogger("npuopt")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
