@@ -150,7 +150,7 @@ class OptMaster:
     def plan_settings(self) -> None:
         """The plan (quant/plan.py): each layer's settings, resolved once, also in the layer's
         attrs['qsettings'], where global calibration and the quantize functions read them."""
-        self.plan = QuantPlan(self.cfg, self.graph)
+        self.plan = QuantPlan(self.cfg, self.graph, self.device)
         self.settings = self.plan.settings
 
     def before_calibration(self) -> None:
@@ -224,7 +224,7 @@ class OptMaster:
             # the float model as read stays the reference of the metrics and similarity
             self.original = copy.deepcopy(self.graph)
         started = time.perf_counter()
-        ctx = gc.Context(self.graph, self.calibration_batches, self.quantized_graph, self.device,
+        ctx = gc.Context(self.graph, self.calibration_batches, self.plan, self.device,
                          self.has_calibration_data(), field_of=self.cfg.of)
         ran = gc.run_stage(stage, calls, ctx)
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
@@ -233,13 +233,9 @@ class OptMaster:
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)
 
-    def quantized_graph(self):
-        """The quantized graph as the float graph and its plan give it now."""
-        return self.plan.quantized_copy(self.device)
-
     def after_calibration(self) -> None:
         self.global_calibration("after_calibration")
-        unify_scales(self.cfg, self.graph, self.quantized_graph)
+        unify_scales(self.cfg, self.graph, self.plan)
 
     # ---- steps 6-9 ---------------------------------------------------------------
     def quantize(self) -> None:

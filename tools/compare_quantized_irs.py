@@ -39,6 +39,10 @@ VARIANTS = {"plain": [], "adaround": ["global_calibration=adaround"],
             "unify_concat": ["unify_scales_for_concat=true"],
             "adaround+unify_concat": ["global_calibration=adaround", "unify_scales_for_concat=true"]}
 SETTINGS = {f"{m}+{v}": METHODS[m] + VARIANTS[v] for m in METHODS for v in VARIANTS}
+DEFAULT_SETTINGS = list(SETTINGS)
+# the methods that read decisions from the plan, beyond adaround: by --settings only
+SETTINGS.update({f"defaults+{name}": [f"global_calibration={name}"]
+                 for name in ("easy_quant", "svd_quant", "svd_quant[3]", "mvn_correction", "gptq_zy")})
 CALIBRATION_INPUTS = 8
 
 
@@ -191,7 +195,9 @@ def main() -> int:
     parser.add_argument("--base", default="HEAD", help="the older revision (default HEAD)")
     parser.add_argument("--new", default=None, help="the newer revision (default: the working tree)")
     parser.add_argument("--only", default="ops,parser,lite0", help="job families, comma-separated")
-    parser.add_argument("--settings", default=",".join(SETTINGS), help="settings, comma-separated")
+    parser.add_argument("--settings", default=",".join(DEFAULT_SETTINGS),
+                        help=f"settings, comma-separated (default: the first {len(DEFAULT_SETTINGS)}; known: "
+                             f"{', '.join(SETTINGS)})")
     parser.add_argument("--keep", default=None, help="keep the outputs in this folder; a later run with the same "
                         "folder, base commit and jobs reuses the base side's outputs")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)

@@ -7,11 +7,20 @@ calibration methods and unify_scales* add ranges and roundings to the float grap
 tensors and layers. `build` makes the quantized graph once; `change` edits one
 layer's settings and quantizes again only that layer and the layers whose inputs'
 quantization that changes (quantizer.requantize), which gives the quantized graph a
-fresh run with those settings in its opt_config gives."""
+fresh run with those settings in its opt_config gives.
+
+Algorithms that measure decisions (global calibration methods, unify_scales*) read
+them from `realised()`, the plan realised as a quantized graph that the plan makes
+when first asked and keeps current: an algorithm that edits the plan of some layers
+(their planned ranges or roundings, their float constants) calls `replan(layers)`, which
+quantizes again only those layers and the layers the change reaches. No algorithm
+builds a quantized graph or calls an op's quantize function itself."""
 import contextlib
 import dataclasses
 import logging
 from typing import Dict, Optional, Set
+
+import torch
 
 from ..errors import ConfigError
 from ..logger import OPT_INFO
@@ -20,8 +29,8 @@ from .settings import QuantSettings, layer_values, note_settings, settings_of
 
 
 class QuantPlan:
-    def __init__(self, cfg, graph):
-        self.cfg, self.graph = cfg, graph
+    def __init__(self, cfg, graph, device=torch.device("cpu")):
+        self.cfg, self.graph, self.device = cfg, graph, device
         self.values: Dict[str, dict] = layer_values(cfg, graph)
         self.settings: Dict[str, QuantSettings] = {name: QuantSettings(**v) for name, v in self.values.items()}
         for node in graph.nodes:
@@ -29,6 +38,7 @@ class QuantPlan:
         note_settings(cfg, graph, self.settings)
         self.qgraph = None
         self.float_kept: Set[str] = set()
+        self._realised = None
 
     def adopt(self, node) -> None:
         """A layer a global calibration method added, with the settings it brought."""
@@ -40,19 +50,47 @@ class QuantPlan:
     def build(self):
         """The quantized graph of the float graph and this plan (layers kept in float behind
         Quantize/DeQuantize layers); kept as `qgraph`, with the layers left in float."""
+        self.forget()  # what algorithms measured is in the float graph's plan now
         keep = float_layers(self.graph, self.settings)
         with quantized_graph_edits(self.graph, self.cfg):
             self.qgraph, self.float_kept = build_quantized_graph(self.graph, self.settings, keep)
         return self.qgraph
 
-    def quantized_copy(self, device):
-        """A quantized graph of the float graph and this plan now (the ranges and roundings
-        planned so far included): what global calibration methods and unify_scales*
-        measure, while `qgraph` stays the pipeline's."""
-        settings = {n.name: settings_of(n) for n in self.graph.nodes}  # layers a running method added too
+    def realised(self):
+        """The plan realised as a quantized graph on the run's device (the ranges and
+        roundings planned so far included): what global calibration methods and
+        unify_scales* measure and read decisions from. Made when first asked for (and
+        after `forget`), then kept current by `replan` and `change`; the pipeline's
+        `qgraph` is built apart (`build`)."""
+        if self._realised is None:
+            self._realised = self._realise()
+        return self._realised
+
+    def replan(self, *layers: str) -> None:
+        """Bring `realised()` up to date after an algorithm edited the plan of `layers`
+        (their tensors' planned ranges, their weights' planned roundings, their float
+        constants): those layers are quantized again, and the layers the change reaches."""
+        if self._realised is None or not layers:
+            return
+        with _said_once(), quantized_graph_edits(self.graph, self.cfg):
+            redone = requantize(self._realised, self.graph, self._current_settings(), set(layers))
+        if redone is None:  # made whole again in the same graph object: algorithms may hold it
+            vars(self._realised).update(vars(self._realise()))
+        self._realised.to(self.device)
+
+    def forget(self) -> None:
+        """Drop `realised()` after edits `replan` cannot follow (a method that changed the
+        float graph: its weights, its layers); the next caller makes it anew."""
+        self._realised = None
+
+    def _current_settings(self) -> Dict[str, QuantSettings]:
+        return {n.name: settings_of(n) for n in self.graph.nodes}  # layers a running method added too
+
+    def _realise(self):
+        settings = self._current_settings()
         with _said_once(), quantized_graph_edits(self.graph, self.cfg):
             qgraph, _ = build_quantized_graph(self.graph, settings, float_layers(self.graph, settings))
-        return qgraph.to(device)
+        return qgraph.to(self.device)
 
     def change(self, layer: str, **values) -> Optional[Set[str]]:
         """Set settings of `layer` (as an opt_config entry would) and bring `qgraph` up to
@@ -67,6 +105,10 @@ class QuantPlan:
         self.values[layer] = {**self.values[layer], **values}  # multiplier_bits 0 (the cfg's) is derived anew
         self.settings[layer] = QuantSettings(**self.values[layer])
         self.graph.node(layer).attrs["qsettings"] = self.settings[layer]
+        if "trigger_float_op" in values:
+            self.forget()
+        else:
+            self.replan(layer)
         redone = None
         if self.qgraph is not None and "trigger_float_op" not in values:
             with _said_once(), quantized_graph_edits(self.graph, self.cfg):

@@ -23,7 +23,7 @@ unified together too. The branches end up with identical grids, so the threshold
 (branch scales within that ratio count as equal) have nothing left to ignore."""
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Set
+from typing import Dict, List, Set
 
 from ..errors import ConfigError
 from ..logger import OPT_INFO, OPT_WARN
@@ -147,10 +147,10 @@ def unified_range(graph, layers: List[str], keys: List[str], method: str) -> tup
     return lo * factor, hi * factor
 
 
-def unify_input_scales(graph, qgraph, rules: Dict[str, UnifyRule], field: str) -> int:
+def unify_input_scales(graph, qgraph, rules: Dict[str, UnifyRule], field: str) -> List[str]:
     """Plan the ranges that give the input branches of each layer named in `rules` one
-    grid, from the decisions of the float `graph`'s quantized copy `qgraph`; how many
-    layers. `field` names the cfg field in the log."""
+    grid, from the decisions of the float `graph`'s plan as `qgraph` realises it; the
+    key layers whose output range was planned. `field` names the cfg field in the log."""
     qnodes = {n.name: n for n in qgraph.nodes}
     producers = {t.name: n for n in graph.nodes for t in n.outputs}
     order = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -167,23 +167,25 @@ def unify_input_scales(graph, qgraph, rules: Dict[str, UnifyRule], field: str) -
         joined = [g for g in groups if any(keys[name] & keys[other] or other in keys[name] or name in keys[other]
                                            for other in g)]
         groups = [g for g in groups if g not in joined] + [sum(joined, []) + [name]]
+    planned = []
     for group in groups:
         group_keys = sorted(set().union(*(keys[name] for name in group)))
         method = rules[max(group, key=order.get)].method
         lo, hi = unified_range(graph, group, group_keys, method)
         for key in group_keys:
             QT.plan_activation_range(graph.node(key).outputs[0], lo, hi)
+        planned += group_keys
     others = "" if len(keys) == len(candidates) else (
         " (the others have branches of different dtypes, or one without a layer deciding its grid within the "
         "search depth)")
     OPT_INFO(f"{field}: the input branches of {len(keys)} of {len(candidates)} layers planned to one grid{others}")
-    return len(keys)
+    return planned
 
 
-def unify_scales(cfg, graph, quantized_graph: Callable[[], object]) -> None:
+def unify_scales(cfg, graph, plan) -> None:
     """The cfg's unify_scales_for_concat, then unify_scales_for_multi_inputs_operators,
-    each planned on `quantized_graph()` as the earlier one left it."""
+    each reading the decisions of `plan` (quant/plan.py) as the earlier one left them."""
     for field, rules in (("unify_scales_for_concat", cfg.unify_scales_for_concat and concat_rules(cfg, graph)),
                          ("unify_scales_for_multi_inputs_operators", multi_input_rules(cfg, graph))):
         if rules:
-            unify_input_scales(graph, quantized_graph(), rules, field)
+            plan.replan(*unify_input_scales(graph, plan.realised(), rules, field))

@@ -9,6 +9,8 @@ A method is a function registered under OPT's name with the stage it runs at:
   (``node.attrs["qsettings"]``) and the calibration batches, and edits float biases
   or plans weight roundings (``tensors.plan_weight_integers``) on the grid that
   ``tensors.weight_grid`` gives; the op quantize functions then apply the plan.
+  Decisions are read from the plan realised as a quantized graph
+  (``ctx.plan.realised()``), kept current by ``ctx.plan.replan(layers)``.
 
 ``global_calibration = adaround[10,...] & bias_correction`` runs the methods in the
 order given (OPT's syntax: ``name[params][scope]``). Methods live one per module in
@@ -36,11 +38,12 @@ class Context:
     per-layer settings (each node's attrs['qsettings'] while methods run), the
     calibration batches (`batches()` yields lists of graph inputs, read anew at each
     call; `has_data` says whether the cfg gives any), the device, the cfg's fields
-    per layer (`field_of(name, node)`) and the quantized graph as the pipeline would
-    build it from the float graph and its plan now (`quantized_graph()`)."""
+    per layer (`field_of(name, node)`) and the run's plan (quant/plan.py): a method
+    reads decisions from `plan.realised()` and, after editing the plan of some layers,
+    calls `plan.replan(names)`; it never builds a quantized graph itself."""
     graph: object
     batches: Callable[[], Iterator[List[torch.Tensor]]]
-    quantized_graph: Callable[[], object]
+    plan: object
     device: torch.device = torch.device("cpu")
     has_data: bool = True
     scope: Optional[Callable[[object], bool]] = None  # the running method's layers (OPT's [types], [(ids)], {regex})
@@ -109,6 +112,8 @@ def run_stage(stage: str, calls: Tuple[MethodCall, ...], ctx: Context) -> List[s
     for call in calls:
         if call.method.stage == stage:
             call.method.run(dataclasses.replace(ctx, scope=call.scope), list(call.params))
+            if call.method.edits_float:  # edits replan cannot follow: the plan is realised anew
+                ctx.plan.forget()
             ran.append(call.method.name)
     return ran
 

@@ -327,11 +327,11 @@ class LayerData:
     def problems(self, desc: str, free_bias: bool, damp: float, choose_range: bool) -> Iterator[Problem]:
         """Each layer's Problem (its grid's range chosen first with `choose_range`:
         Problem.choose_range); when the caller resumes, the range and rounding it planned
-        (and the biases it set) are put into the quantized graph before the layers after
-        it run."""
+        (and the biases it set) are put into the plan's quantized graph (`replan`) before
+        the layers after it run."""
         ctx = self.ctx
-        qgraph = ctx.quantized_graph()
-        streams = Stream(ctx.graph, self.data, one_thread=True), Stream(qgraph, self.data, one_thread=False)
+        streams = Stream(ctx.graph, self.data, one_thread=True), Stream(ctx.plan.realised(), self.data,
+                                                                         one_thread=False)
         try:
             for node in ctx.progress(rounded_layers(ctx), desc):
                 fnode, qnode = (s.until(node.name) for s in streams)
@@ -343,20 +343,7 @@ class LayerData:
                 if choose_range:
                     problem.choose_range()
                 yield problem
-                quantize_again(qnode, node)
+                ctx.plan.replan(node.name)
         finally:
             for s in streams:
                 s.close()
-
-
-def quantize_again(qnode, node) -> None:
-    """The quantized layer made again from the float one as planned now (the range and
-    rounding of its weights, its biases, its inputs' grids as they stand), as the
-    pipeline will make it."""
-    for key, c in node.constants.items():
-        q = qnode.constants[key]
-        q.betensor, q.dtype = c.betensor.detach().clone().to(q.betensor.device), c.dtype
-    for plan in ("planned_ranges", "planned_integers"):
-        if plan in node.attrs:
-            qnode.attrs[plan] = node.attrs[plan]
-    qnode.quantize()

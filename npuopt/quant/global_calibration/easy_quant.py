@@ -27,7 +27,7 @@ from .. import tensors as QT
 from ..compare import dequantized
 from ..settings import settings_of
 from . import global_calibration, one_thread
-from ._layers import TYPES, LayerData, Stream, quantize_again, read_params
+from ._layers import TYPES, LayerData, Stream, read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("batches", 1, 0, True),     # calibration batches used (0: all of them)
@@ -41,19 +41,21 @@ PARAMS = [  # name, default, minimum, integer
 
 class LayerScore:
     """Cosine similarity of a quantized layer's outputs (dequantized) to the float
-    layer's over the batches, its inputs the float ones on their current grids."""
+    layer's over the batches, its inputs the float ones on their current grids: the
+    layer as the plan realises it now."""
 
-    def __init__(self, qnode, inputs: List[List[torch.Tensor]], outputs: List[List[torch.Tensor]]):
-        self.qnode, self.inputs, self.outputs = qnode, inputs, outputs
+    def __init__(self, plan, name: str, inputs: List[List[torch.Tensor]], outputs: List[List[torch.Tensor]]):
+        self.plan, self.name, self.inputs, self.outputs = plan, name, inputs, outputs
 
     def __call__(self) -> float:
+        qnode = self.plan.realised().node(self.name)
         dot = ff = qq = 0.0
         with torch.no_grad(), one_thread():  # sums in the same order at any thread count (issue 13)
             for b in range(len(self.outputs[0])):
-                for t, values in zip(self.qnode.inputs, self.inputs):
+                for t, values in zip(qnode.inputs, self.inputs):
                     t.betensor = _on_grid(t, values[b])
-                self.qnode.forward()
-                for t, values in zip(self.qnode.outputs, self.outputs):
+                qnode.forward()
+                for t, values in zip(qnode.outputs, self.outputs):
                     q = dequantized(t).to(torch.float64).reshape(-1)
                     f = values[b].to(torch.float64).reshape(-1)
                     dot, ff, qq = dot + float(q @ f), ff + float(f @ f), qq + float(q @ q)
@@ -83,14 +85,14 @@ def _chunks(node, lo, ngroups: int) -> List[Optional[torch.Tensor]]:
     return [(unit >= units * i // parts) & (unit < units * (i + 1) // parts) for i in range(parts)]
 
 
-def search_weights(node, qnode, score: LayerScore, factors: List[float], ngroups: int) -> None:
+def search_weights(node, plan, score: LayerScore, factors: List[float], ngroups: int) -> None:
     """Plan the weights' range (per chunk of channels) whose layer scores best."""
     before = node.attrs.get("planned_ranges", {}).get("weights")
     lo, hi = QT.weight_range(node, "weights", 0, node.get_param("group", 1))
 
-    def plan(factor) -> float:
+    def try_range(factor) -> float:
         QT.plan_weight_range(node, "weights", lo / factor, hi / factor)
-        quantize_again(qnode, node)
+        plan.replan(node.name)
         return score()
 
     initial = score()
@@ -98,39 +100,38 @@ def search_weights(node, qnode, score: LayerScore, factors: List[float], ngroups
     for mask in _chunks(node, lo, ngroups):
         chunk_best, chunk_score = 1.0, initial
         for k in factors:
-            s = plan(k if mask is None else torch.where(mask, torch.tensor(k), torch.tensor(1.0)))
+            s = try_range(k if mask is None else torch.where(mask, torch.tensor(k), torch.tensor(1.0)))
             if s > chunk_score:
                 chunk_best, chunk_score = k, s
         best = chunk_best if mask is None else torch.where(mask, torch.tensor(chunk_best), best)
-    if plan(best) <= initial:
+    if try_range(best) <= initial:
         QT.plan_weight_range(node, "weights", *(before or (None, None)))
-        quantize_again(qnode, node)
+        plan.replan(node.name)
 
 
-def search_input(i: int, node, qnode, producers, score: LayerScore, factors: List[float]) -> None:
+def search_input(i: int, node, plan, producers: dict, score: LayerScore, factors: List[float]) -> None:
     """Plan the range of the layer's input i whose layer scores best, the producing
     layer quantized again with each (it decides the tensor's grid)."""
-    t, ft = qnode.inputs[i], node.inputs[i]
-    fproducer, qproducer = producers[0].get(ft.name), producers[1].get(t.name)
-    if t.name != ft.name or fproducer is None or qproducer is None or not qproducer.quantized \
-            or not t.is_quantized or t.qinvariant:
+    qgraph = plan.realised()
+    t, ft = qgraph.node(node.name).inputs[i], node.inputs[i]
+    fproducer = producers.get(ft.name)
+    qproducer = qgraph.node(fproducer.name) if fproducer is not None else None
+    if t.name != ft.name or qproducer is None or not qproducer.quantized or not t.is_quantized or t.qinvariant:
         return
     before = ft.planned_range
     lo, hi = qmath.dequantize(torch.tensor([t.qmin, t.qmax], dtype=torch.float32), t.scale, t.zerop).tolist()
 
-    def plan(rng) -> float:
+    def try_range(rng) -> float:
         QT.plan_activation_range(ft, *(rng or (None, None)))
-        t.planned_range = ft.planned_range
-        quantize_again(qproducer, fproducer)
-        quantize_again(qnode, node)
+        plan.replan(fproducer.name, node.name)
         return score()
 
     best, best_score = before, score()
     for k in factors:
-        s = plan((lo / k, hi / k))
+        s = try_range((lo / k, hi / k))
         if s > best_score:
             best, best_score = (lo / k, hi / k), s
-    plan(best)
+    try_range(best)
 
 
 @global_calibration("easy_quant", "after_calibration", edits_float=False)
@@ -142,26 +143,23 @@ def easy_quant(ctx, params):
                           f"its alpha ({p['alpha']:g})")
     factors = torch.linspace(p["alpha"], p["beta"], p["nsteps"]).tolist()
     data = LayerData(ctx, p["batches"])
+    producers = {t.name: n for n in ctx.graph.nodes for t in n.outputs}
     for epoch in range(p["epochs"]):
-        qgraph = ctx.quantized_graph()
-        qnodes = {n.name: n for n in qgraph.nodes}
-        producers = [{t.name: n for n in g.nodes for t in n.outputs} for g in (ctx.graph, qgraph)]
         searched = set()
         stream = Stream(ctx.graph, data.data, one_thread=True)
         try:
             desc = "easy_quant" if p["epochs"] == 1 else f"easy_quant {epoch + 1}/{p['epochs']}"
             for node in ctx.progress(ctx.graph.nodes, desc):
                 inputs, outputs = stream.around(node.name)
-                qnode = qnodes.get(node.name)
+                qnode = ctx.plan.realised().node(node.name)
                 if qnode is None or not qnode.quantized or not node.inputs or not ctx.in_scope(node):
                     continue
-                quantize_again(qnode, node)  # with the grids planned so far
-                score = LayerScore(qnode, inputs, outputs)
+                score = LayerScore(ctx.plan, node.name, inputs, outputs)
                 if node.type in TYPES and "weights" in node.constants:
-                    search_weights(node, qnode, score, factors, p["ngroups"])
+                    search_weights(node, ctx.plan, score, factors, p["ngroups"])
                 for i, t in enumerate(node.inputs):
                     if t.name not in searched:
                         searched.add(t.name)
-                        search_input(i, node, qnode, producers, score, factors)
+                        search_input(i, node, ctx.plan, producers, score, factors)
         finally:
             stream.close()

@@ -98,7 +98,7 @@ def mvn_correction(ctx, params):
     norms = [n for n in ctx.graph.nodes if n.type in NORMS and ctx.in_scope(n)]
     if not norms:
         return
-    qgraph = ctx.quantized_graph()
+    qgraph = ctx.plan.realised()
     producers = {t.name: n for n in ctx.graph.nodes for t in n.outputs}
     calibrated = {}  # each input's range before this method: two norms reading one input do not compound
     for norm in ctx.progress(norms, "mvn_correction"):
@@ -119,3 +119,4 @@ def mvn_correction(ctx, params):
         QT.plan_activation_range(t, lo * si / s, hi * si / s)
         OPT_INFO(f"mvn_correction: layer '{norm.name}': input '{t.name}' (of '{producer.name}') scale "
                  f"{si:.6g} -> {s:.6g} (output scale {so:.6g})")
+    ctx.plan.replan(*(producers[t].name for t in calibrated))  # after all: each norm reads the grids as calibrated

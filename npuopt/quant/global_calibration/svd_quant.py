@@ -45,7 +45,7 @@ from ..compare import dequantized
 from ..settings import settings_of
 from ..unify_scales import decides_own_grid
 from . import global_calibration, one_thread
-from ._layers import LayerData, Stream, quantize_again, read_params
+from ._layers import LayerData, Stream, read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("mode", 0, 0, True),          # 0: scale search; 1: denoise and search; 2: denoise; 3: FullyConnected weights
@@ -130,9 +130,9 @@ def _searched_layers(ctx, qgraph) -> list:
 
 def search_output_ranges(ctx, p: dict, factors: List[float]) -> int:
     """Modes 0-2: plan each searched layer's output range; how many layers."""
-    layers = {n.name for n in _searched_layers(ctx, ctx.quantized_graph())}
+    layers = {n.name for n in _searched_layers(ctx, ctx.plan.realised())}
     stream = Stream(ctx.graph, LayerData(ctx, 0).data, one_thread=True)
-    planned = 0
+    planned = []
     try:
         for node in ctx.progress(ctx.graph.nodes, "svd_quant"):
             _, outputs = stream.around(node.name)
@@ -149,10 +149,11 @@ def search_output_ranges(ctx, p: dict, factors: List[float]) -> int:
                 momentum = float(ctx.field_of("running_statistic_momentum", node))
                 rng = smoothed([r[0] for r in ranges], momentum), smoothed([r[1] for r in ranges], momentum)
             QT.plan_activation_range(t, *rng)
-            planned += 1
+            planned.append(node.name)
     finally:
         stream.close()
-    return planned
+    ctx.plan.replan(*planned)
+    return len(planned)
 
 
 def _random_input(qt, shape, thresh: float, seed: int) -> torch.Tensor:
@@ -169,13 +170,11 @@ def _random_input(qt, shape, thresh: float, seed: int) -> torch.Tensor:
 
 def search_fc_weights(ctx, p: dict, factors: List[float]) -> int:
     """Mode 3: plan each FullyConnected layer's weight range; how many layers."""
-    qgraph = ctx.quantized_graph()
-    qnodes = {n.name: n for n in qgraph.nodes}
+    qgraph = ctx.plan.realised()
     layers = [n for n in ctx.graph.nodes if n.type == OpType.FullyConnected and ctx.in_scope(n)
-              and n.name in qnodes and qnodes[n.name].quantized and settings_of(n).activation_bits <= 8]
+              and getattr(qgraph.node(n.name), "quantized", False) and settings_of(n).activation_bits <= 8]
     for index, node in enumerate(ctx.progress(layers, "svd_quant")):
-        qnode = qnodes[node.name]
-        qx = qnode.inputs[0]
+        qx = qgraph.node(node.name).inputs[0]
         w = node.get_constant("weights").betensor.to(torch.float32)
         x = _random_input(qx, list(qx.ir_shape), p["thresh"], 10000 + index).to(w.device)
         b = node.get_constant("biases").betensor.to(torch.float32) if "biases" in node.constants else None
@@ -185,7 +184,8 @@ def search_fc_weights(ctx, p: dict, factors: List[float]) -> int:
         best, best_error, worst_cosine = 1.0, 1000.0, 1.0
         for f in factors:
             QT.plan_weight_range(node, "weights", lo * f, hi * f)
-            quantize_again(qnode, node)
+            ctx.plan.replan(node.name)
+            qnode = qgraph.node(node.name)
             qw = QT.integer_weights(qnode.constants["weights"]).to(torch.float32)
             worst_cosine = min(worst_cosine, float(F.cosine_similarity(torch.fft.fft(qw).abs().flatten(), spectrum,
                                                                        dim=0)))
@@ -197,7 +197,7 @@ def search_fc_weights(ctx, p: dict, factors: List[float]) -> int:
                 best_error = error * worst_cosine + (1 - worst_cosine) * best_error
                 best = f
         QT.plan_weight_range(node, "weights", lo * best, hi * best)
-        quantize_again(qnode, node)
+        ctx.plan.replan(node.name)
     return len(layers)
 
 
