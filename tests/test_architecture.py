@@ -7,6 +7,7 @@ counts as importing the packages `a.b` and `a` as well (Python runs their __init
 first); a package whose __init__ loads its modules by name (pkgutil) counts as
 importing each of them."""
 import ast
+import re
 from pathlib import Path
 from typing import Dict, Set
 
@@ -124,3 +125,15 @@ def test_the_pipeline_is_a_short_list_of_stages():
     long = [f"{f.name} ({f.end_lineno - f.lineno + 1} lines)" for f in ast.walk(ast.parse(source))
             if isinstance(f, ast.FunctionDef) and f.end_lineno - f.lineno + 1 > STAGE_LINES]
     assert not long, f"functions over {STAGE_LINES} lines in {path.name}: {long}"
+
+
+def test_algorithms_never_build_a_quantized_graph():
+    """Global calibration methods, unify_scales* and the report read decisions from the
+    plan (plan.realised(), plan.replan): none builds a quantized graph or calls an op's
+    quantize function itself (issue 22)."""
+    quant = PACKAGE / "quant"
+    files = sorted((quant / "global_calibration").glob("*.py")) + [quant / "unify_scales.py", quant / "plan_report.py"]
+    builders = re.compile(r"build_quantized_graph|requantize|quantized_copy|\.quantize\(\)|OP_QUANTIZERS")
+    found = [f"{f.relative_to(PACKAGE)}:{i}: {line.strip()}" for f in files
+             for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1) if builders.search(line)]
+    assert not found, "\n".join(found)

@@ -75,3 +75,29 @@ def test_an_unknown_layer_or_setting_is_refused_in_one_line(tmp_path):
         master.plan.change("nope", activation_bits=16)
     with pytest.raises(ConfigError, match="plan: layer 'dw': unknown setting.s. activation_bit "):
         master.plan.change("dw", activation_bit=16)
+
+
+def test_algorithms_read_the_plan_realised_and_replan_only_what_they_edited(tmp_path, monkeypatch):
+    """What global calibration methods and unify_scales* do: read decisions from
+    plan.realised(), edit the plan of some layers, replan them. The realised graph is
+    made once, and after the edits equals one made anew from the edited plan."""
+    import npuopt.quant.plan as plan_module
+    from npuopt.quant import tensors as QT
+    master = run(tmp_path / "first")
+    plan, graph = master.plan, master.graph
+    builds = []
+    made = plan_module.build_quantized_graph
+    monkeypatch.setattr(plan_module, "build_quantized_graph", lambda *a: builds.append(a) or made(*a))
+    realised = plan.realised()
+    before = written(realised, tmp_path / "before")
+    conv1, dw = graph.node("conv1"), graph.node("dw")
+    lo, hi = QT.weight_range(conv1, "weights", 0)
+    QT.plan_weight_range(conv1, "weights", lo * 0.5, hi * 0.5)      # its weights only: its output grid stays
+    lo, hi = QT.activation_range(dw, dw.outputs[0], False)
+    QT.plan_activation_range(dw.outputs[0], lo * 0.5, hi * 0.5)      # its output grid, and its reader's rescale
+    assert plan.replan("conv1", "dw") == {"conv1", "dw", "pw"}
+    assert plan.realised() is realised and len(builds) == 1
+    edited = written(realised, tmp_path / "edited")
+    plan.forget()
+    assert written(plan.realised(), tmp_path / "anew") == edited != before
+    assert len(builds) == 2

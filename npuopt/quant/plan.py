@@ -66,17 +66,19 @@ class QuantPlan:
             self._realised = self._realise()
         return self._realised
 
-    def replan(self, *layers: str) -> None:
+    def replan(self, *layers: str) -> Optional[Set[str]]:
         """Bring `realised()` up to date after an algorithm edited the plan of `layers`
         (their tensors' planned ranges, their weights' planned roundings, their float
-        constants): those layers are quantized again, and the layers the change reaches."""
+        constants): those layers are quantized again, and the layers the change reaches.
+        Returns them, or None where it was made whole again (or is not made yet)."""
         if self._realised is None or not layers:
-            return
+            return None
         with _said_once(), quantized_graph_edits(self.graph, self.cfg):
             redone = requantize(self._realised, self.graph, self._current_settings(), set(layers))
         if redone is None:  # made whole again in the same graph object: algorithms may hold it
             vars(self._realised).update(vars(self._realise()))
         self._realised.to(self.device)
+        return redone
 
     def forget(self) -> None:
         """Drop `realised()` after edits `replan` cannot follow (a method that changed the
