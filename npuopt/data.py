@@ -10,33 +10,107 @@ integer input (an index-like graph input) takes integer data only.
 Every problem is a DatasetError of one line naming the dataset, and the input
 where there is one; errors raised in DataLoader worker processes too.
 """
+import operator
 import re
+import sys
 from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, default_collate
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from .dtype import Dtype
-from .errors import DatasetError, PluginError, one_line
+from .errors import DatasetError, NpuoptError, PluginError, one_line
 from .registry import PLUGINS, PluginType, failed_imports, plugin_code
 from .tensor import PyTensor
 
 
-def make_dataset(name: str, data_file: str, label_file: str = None):
-    cls = PLUGINS[PluginType.Dataset].get(name)
-    if cls is None:
+def make_dataset(name: str, data_file: str, label_file: str = None, field: str = "data"):
+    """The dataset plugin `name` opened on `data_file`, the cfg field `field`, with its number
+    of samples checked: whatever a user's plugin raises there (a sys.exit too), or a length
+    that is not a count, is one line naming the field, the plugin's file and its class."""
+    reg = PLUGINS[PluginType.Dataset].best(name)
+    if reg is None:
         known = ", ".join(PLUGINS[PluginType.Dataset].keys()) or "none"
         raise PluginError(f"dataset plugin '{name}' not found (known: {known}){failed_imports()}")
+    cls, where = reg.obj, dataset_named(name, field)
     try:
         dataset = cls(data_file, label_file) if label_file else cls(data_file)
-    except (DatasetError, PluginError):
-        raise
-    except Exception as e:
-        raise DatasetError(f"dataset '{name}' could not open '{data_file}': {type(e).__name__}: {e}") from None
-    if len(dataset) == 0:
-        raise DatasetError(f"dataset '{name}' on '{data_file}' is empty")
+    except (Exception, SystemExit) as e:
+        if reg.builtin and isinstance(e, NpuoptError):  # a built-in dataset's own message names the file
+            raise
+        raise DatasetError(f"{where} could not open '{data_file}': {_raised(e)}") from None
+    if _length(dataset, where, reg.builtin) == 0:
+        raise DatasetError(f"{where} on '{data_file}' is empty")
     return dataset
+
+
+class _ExitRaised(Dataset):
+    """A dataset (or a collate function) whose sys.exit is raised as a RuntimeError saying
+    so: in a DataLoader worker a SystemExit ends the worker, which torch reports later,
+    anywhere in the main process, without a word of the dataset. A class, not a closure,
+    so that worker processes can receive it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        return self._run(self.inner.__getitem__, index)
+
+    def __call__(self, samples):
+        return self._run(self.inner, samples)
+
+    @staticmethod
+    def _run(fn, arg):
+        try:
+            return fn(arg)
+        except SystemExit as e:
+            raise RuntimeError(f"it called sys.exit({e.code!r})") from None
+
+
+def dataset_named(name: str, field: str = None) -> str:
+    """How a message names the dataset plugin `name`: the cfg field it reads (where known),
+    the file of a user's plugin, and its class: "field 'data': plugin 'FILE': dataset 'CLASS'"."""
+    reg = PLUGINS[PluginType.Dataset].best(name)
+    return (f"field '{field}': " if field else "") + \
+        (f"plugin '{reg.source}': " if reg is not None and not reg.builtin else "") + \
+        f"dataset '{reg.key if reg is not None else name}'"
+
+
+def _length(dataset, where: str, builtin: bool) -> int:
+    """len(dataset), asked of its __len__ directly so that a value that is not a count of
+    samples (negative, a float, text, beyond sys.maxsize) is said as such."""
+    method = getattr(type(dataset), "__len__", None)
+    if method is None:
+        raise DatasetError(f"{where}: its class defines no __len__ (the number of samples)")
+    try:
+        value = method(dataset)
+    except (Exception, SystemExit) as e:
+        if builtin and isinstance(e, NpuoptError):
+            raise
+        raise DatasetError(f"{where}: __len__() failed: {_raised(e)}") from None
+    try:
+        count = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        count = None
+    if count is None or not 0 <= count <= sys.maxsize:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise DatasetError(f"{where}: __len__() returned {shown} ({type(value).__name__}); expected the number "
+                           f"of samples, an integer >= 0")
+    return count
+
+
+def _raised(e: BaseException) -> str:
+    """What a dataset's code raised, for a message: its type and message on one line (an
+    NpuoptError, e.g. OPT_FATAL's, its message alone), or the sys.exit it called."""
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({e.code!r})"
+    if isinstance(e, NpuoptError):
+        return one_line(e)
+    return f"{type(e).__name__}: {one_line(e)}"
 
 
 def parse_metric_spec(spec: str) -> Tuple[str, List[str]]:
@@ -201,31 +275,30 @@ def metric_report(metric) -> str:
         raise PluginError(f"metric '{type(metric).__name__}'.report() failed: {type(e).__name__}: {e}") from None
 
 
-def batches(dataset, name: str, batch_size: int, workers: int, shuffle: bool = False, collate_fn=None) -> Iterator:
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
-                        collate_fn=collate_fn or _Collate(name))
+def batches(dataset, name: str, batch_size: int, workers: int, shuffle: bool = False, collate_fn=None,
+            field: str = None) -> Iterator:
+    """The batches of dataset plugin `name` (read for the cfg field `field`); what its code
+    raises while loading one (a sys.exit too, in DataLoader workers too) is one DatasetError
+    naming the field, a user's plugin file and the dataset."""
+    collate_fn = collate_fn or _Collate(name)
+    if workers:
+        dataset, collate_fn = _ExitRaised(dataset), _ExitRaised(collate_fn)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers, collate_fn=collate_fn)
     try:
         for batch in loader:
             yield batch
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         text = str(e)
         from_worker = worker_error(text)
         if from_worker is not None:
             worker, kind, text = from_worker
             if isinstance(e, (DatasetError, PluginError)):
                 raise type(e)(text) from None
-            raise DatasetError(f"{_plugin_of(name)}dataset '{name}' failed while loading a batch ({worker}): "
+            raise DatasetError(f"{dataset_named(name, field)} failed while loading a batch ({worker}): "
                                f"{kind}: {text}") from None
         if isinstance(e, (DatasetError, PluginError)):
             raise
-        raise DatasetError(f"{_plugin_of(name)}dataset '{name}' failed while loading a batch: {type(e).__name__}: "
-                           f"{one_line(text)}") from None
-
-
-def _plugin_of(name: str) -> str:
-    """"plugin 'FILE': " for a user's dataset `name`, to start a message with (as plugin_code's)."""
-    reg = PLUGINS[PluginType.Dataset].best(name)
-    return f"plugin '{reg.source}': " if reg is not None and not reg.builtin else ""
+        raise DatasetError(f"{dataset_named(name, field)} failed while loading a batch: {_raised(e)}") from None
 
 
 def split_batch(batch, inputs: Sequence[PyTensor], name: str, device, batch_dim: int = 0,

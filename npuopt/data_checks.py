@@ -9,13 +9,13 @@ from .data import batches, call_metric, collate_of, label_batches, make_dataset,
 from .errors import ConfigError, IRError
 
 
-def probe(feed, dataset, size: int):
-    """The float graph's outputs on the dataset's first `size` samples, and their labels:
-    data that does not fit the model, or constants that overflow float32 on it, stop
-    the run here."""
+def probe(feed, dataset, size: int, field: str):
+    """The float graph's outputs on the first `size` samples of the dataset read for the cfg
+    field `field`, and their labels: data that does not fit the model, or constants that
+    overflow float32 on it, stop the run here."""
     n = min(len(dataset), size)
     subset = torch.utils.data.Subset(dataset, range(n))
-    batch = next(batches(subset, feed.cfg.dataset, n, 0, collate_fn=collate_of(dataset)))
+    batch = next(batches(subset, feed.cfg.dataset, n, 0, collate_fn=collate_of(dataset), field=field))
     inputs, labels = feed.split(batch)
     return feed.forward(feed.graph, inputs, after_node=check_overflow), labels
 
@@ -28,7 +28,7 @@ def check_calibration_data(feed) -> None:
         return
     if not cfg.dataset:
         raise ConfigError("field 'dataset' is required to read calibration_data")
-    probe(feed, make_dataset(cfg.dataset, cfg.calibration_data), 2)
+    probe(feed, make_dataset(cfg.dataset, cfg.calibration_data, field="calibration_data"), 2, "calibration_data")
 
 
 def labels_of(cfg, start: int, stop: int) -> str:
@@ -43,9 +43,9 @@ def open_metric_data(feed):
     then every label of the file through every metric: data or labels that do not fit
     the model or the metrics stop the run here. Returns the dataset."""
     cfg = feed.cfg
-    dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None)
+    dataset = make_dataset(cfg.dataset, cfg.data, cfg.label or None, field="data")
     metrics = make_metrics(cfg.metric)  # unknown metrics and bad arguments, before any forward
-    outputs, labels = probe(feed, dataset, cfg.metric_batch_size)
+    outputs, labels = probe(feed, dataset, cfg.metric_batch_size, "data")
     for spec, metric in metrics:
         metric.reset()
         call_metric(spec, metric, outputs, labels, labels_of(cfg, 0, outputs[0].shape[0]))

@@ -73,7 +73,7 @@ def evaluate(feed, dataset, graphs: List[Tuple[str, object]], report: dict,
     outputs = feed.graph.output_tensors
     run = _Pass(graphs, cfg, len(outputs))
     desc = " + ".join({"float": "float", "quant": "quantized"}[k] for k, _ in graphs) + " forward"
-    for batch in feed.batches(dataset, cfg.metric_batch_size, desc=desc):
+    for batch in feed.batches(dataset, cfg.metric_batch_size, "data", desc=desc):
         inputs, labels = feed.split(batch)
         if run.first is None:
             run.first = [x[:cfg.similarity_data_num] for x in inputs]

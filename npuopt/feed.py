@@ -18,11 +18,12 @@ class Feed:
         """without_batch_dim: one sample a batch, as the Compass Optimizer does."""
         return 1 if self.cfg.without_batch_dim else size
 
-    def batches(self, dataset, size: int, shuffle: bool = False, desc: str = None):
-        """The dataset's batches of `size` samples (the cfg's batching), with a progress bar when `desc`."""
+    def batches(self, dataset, size: int, field: str, shuffle: bool = False, desc: str = None):
+        """The batches of `size` samples (the cfg's batching) of the dataset read for the cfg
+        field `field`, with a progress bar when `desc`."""
         size = self.batch_size(size)
         out = batches(dataset, self.cfg.dataset, size, self.cfg.dataloader_workers, shuffle=shuffle,
-                      collate_fn=collate_of(dataset))
+                      collate_fn=collate_of(dataset), field=field)
         return tqdm(out, total=-(-len(dataset) // size), desc=desc, unit="batch") if desc else out
 
     def split(self, batch):

@@ -185,10 +185,10 @@ class OptMaster:
 
     def gather_statistics(self, meta: dict):
         cfg = self.cfg
-        dataset = make_dataset(cfg.dataset, cfg.calibration_data)
+        dataset = make_dataset(cfg.dataset, cfg.calibration_data, field="calibration_data")
         feed = (self.feed.graph_inputs(self.feed.split(b)[0])
-                for b in self.feed.batches(dataset, cfg.calibration_batch_size, shuffle=cfg.calibration_shuffe,
-                                           desc="calibration"))
+                for b in self.feed.batches(dataset, cfg.calibration_batch_size, "calibration_data",
+                                           shuffle=cfg.calibration_shuffe, desc="calibration"))
         stats = LayerCalibrator(self.graph, cfg).run(feed)
         OPT_INFO(f"calibration: {len(dataset)} samples, statistics of {len(stats)} tensors")
         meta = {"model": self.model_name, "samples": len(dataset), **meta}
@@ -207,8 +207,8 @@ class OptMaster:
         cfg = self.cfg
         if not self.has_calibration_data():
             raise ConfigError("field 'global_calibration': its methods need 'dataset' and 'calibration_data'")
-        dataset = make_dataset(cfg.dataset, cfg.calibration_data)
-        for b in self.feed.batches(dataset, cfg.calibration_batch_size):
+        dataset = make_dataset(cfg.dataset, cfg.calibration_data, field="calibration_data")
+        for b in self.feed.batches(dataset, cfg.calibration_batch_size, "calibration_data"):
             yield self.feed.graph_inputs(self.feed.split(b)[0])
 
     def has_calibration_data(self) -> bool:
@@ -248,8 +248,9 @@ class OptMaster:
                  f"{sorted(keep) or 'none'}; zero-input forward of the quantized graph passed")
         files, stage = self.output_files, self.outputs.stage
         txt, template = files["quantized IR"], files["opt_config template"]
-        write_graph(self.qgraph, stage("quantized IR", txt),
-                    stage("quantized IR weights", files["quantized IR weights"]))
+        weights = files["quantized IR weights"]
+        write_graph(self.qgraph, stage("quantized IR", txt), stage("quantized IR weights", weights),
+                    os.path.basename(weights))
         write_template(stage("opt_config template", template), self.qgraph, self.settings)
         OPT_INFO(f"quantized IR '{txt}' and per-layer settings template '{template}' written (in place once "
                  f"the whole run succeeded)")
@@ -264,7 +265,7 @@ class OptMaster:
         if not (cfg.dataset and cfg.data):
             OPT_INFO("no 'dataset'/'data' configured: skipping metrics")
             return
-        dataset = self.metric_dataset or make_dataset(cfg.dataset, cfg.data, cfg.label or None)
+        dataset = self.metric_dataset or make_dataset(cfg.dataset, cfg.data, cfg.label or None, field="data")
         original = self.graph if self.original is None else self.original
         graphs = ([("float", original)] if cfg.eval_original_model else []) + \
             ([("quant", self.qgraph)] if self.qgraph is not None and cfg.eval_optimized_model else [])

@@ -2,8 +2,9 @@
 put in place only when the whole run succeeded.
 
 An output that would overwrite one of the run's own inputs (graph, bin, data, labels,
-opt_config, the cfg ...), or a file where a folder is expected and the reverse, is a
-ConfigError before anything runs (`check`). While the run goes on, each file is written
+opt_config, the cfg ...), a file where a folder is expected and the reverse, or a folder
+that cannot be made or written into (not writable, or under a file) is a ConfigError
+before anything runs (`check`). While the run goes on, each file is written
 under a name unique to the run (pid + random) beside its final place (`stage`); at the
 very end `commit` renames them all into place, holding a lock on each folder so that
 concurrent runs into one folder never leave a mix of their files. When the run fails or
@@ -13,7 +14,8 @@ and every folder created for them: outputs appear only when the whole run succee
 import fcntl
 import os
 import secrets
-from typing import Dict, List
+import tempfile
+from typing import Dict, List, Set
 
 from .errors import ConfigError
 from .logger import OPT_INFO
@@ -59,6 +61,7 @@ class RunOutputs:
         self.inputs = {_real(path): what for what, path in inputs.items() if path}
         self.staged: Dict[str, str] = {}   # final path -> temporary path
         self.created: List[str] = []       # folders made for staged files, outermost first
+        self.writable: Set[str] = set()    # folders found writable (absolute paths)
 
     def check(self, what: str, path: str, folder: bool = False) -> None:
         """`path` (a file, or a folder with `folder`) may be written as `what`."""
@@ -69,6 +72,26 @@ class RunOutputs:
         if owner is not None and not folder:
             raise ConfigError(f"{what} '{path}' would overwrite an input of the run ({owner}); a run never "
                               f"overwrites its inputs: choose another output_dir, out_ir_name or model_name")
+        self._check_writable(what, path, path if folder else os.path.dirname(os.path.abspath(path)))
+
+    def _check_writable(self, what: str, path: str, folder: str) -> None:
+        """`folder` (where `path` goes) can be made where missing and written into: tried for
+        real, by a folder made in its nearest existing parent and removed at once, since
+        permission bits say nothing to root nor of a read-only or special file system."""
+        folder = os.path.abspath(folder)
+        if folder in self.writable:
+            return
+        base = folder
+        while not os.path.isdir(base):
+            if os.path.lexists(base):
+                raise ConfigError(f"{what} '{path}' cannot be created: '{base}' is a file, not a folder")
+            base = os.path.dirname(base)
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".npuopt-probe-", dir=base))
+        except OSError as e:
+            done = "written into" if base == folder else f"created in '{base}'"
+            raise ConfigError(f"{what} '{path}' cannot be {done}: {e.strerror or e}") from None
+        self.writable.add(folder)
 
     def stage(self, what: str, path: str) -> str:
         """The temporary name to write `path` under; it is put in place by commit()."""

@@ -10,24 +10,28 @@ activations, and the IR is checked against PyTorch on the example input before
 it is written.
 """
 import importlib
+import math
 import os
 import pickle
+import re
 import sys
 import traceback
 from collections import Counter
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import click
 import torch
 
 from npuopt.errors import ExportError, NpuoptError
 from npuopt.ir import write_graph
+from npuopt.ir.reader import MAX_ELEMENTS_LOG2
 from npuopt.passes import run_stage1
 
 from .export_graph import Exporter, canonical_perm
 from .export_ops import HANDLERS
 
 MIN_COSINE = 0.9999  # below this the exported IR is wrong, not just rounded differently
+EXAMPLE_COPIES = 4  # float32 copies of the example inputs the export holds at once, at most
 
 
 def load_model(spec: str, weights: str = None, seed: int = 0) -> torch.nn.Module:
@@ -60,15 +64,14 @@ def _call_factory(spec: str, module_path: str, name: str) -> torch.nn.Module:
         factory = getattr(importlib.import_module(module_path), name)
     except (ImportError, AttributeError) as e:
         raise ExportError(f"model '{spec}': cannot import it: {_first_line(e)}") from e
-    except Exception as e:  # the module itself fails on import
-        raise ExportError(f"model '{spec}': importing {module_path} failed: "
-                          f"{type(e).__name__}: {_first_line(e)}") from e
+    except (Exception, SystemExit) as e:  # the module itself fails on import, or ends the process
+        raise ExportError(f"model '{spec}': importing {module_path} failed: {_raised(e)}") from e
     if not callable(factory):
         raise ExportError(f"model '{spec}': {name} is a {type(factory).__name__}, not a callable")
     try:
         model = factory()
-    except Exception as e:
-        raise ExportError(f"model '{spec}': calling {name}() failed: {type(e).__name__}: {_first_line(e)}") from e
+    except (Exception, SystemExit) as e:
+        raise ExportError(f"model '{spec}': calling {name}() failed: {_raised(e)}") from e
     if not isinstance(model, torch.nn.Module):
         raise ExportError(f"model '{spec}': the callable returned a {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -115,6 +118,16 @@ def _load_weights(model: torch.nn.Module, path: str) -> None:
     model.load_state_dict(state)
 
 
+def _raised(e: BaseException) -> str:
+    """What the user's code raised: its type and first line, or the sys.exit it called
+    with its code and where (a SystemExit would end npuopt-export without a word)."""
+    if not isinstance(e, SystemExit):
+        return f"{type(e).__name__}: {_first_line(e)}"
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
+    where = f" in {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"it called sys.exit({e.code!r}){where}"
+
+
 def _first_line(e: Exception) -> str:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     return lines[0] if lines else type(e).__name__
@@ -146,18 +159,20 @@ def export_model(model: torch.nn.Module, input_shapes: Sequence[Sequence[int]], 
     """The folded float IR of `model` and, per output, (cosine, max abs error) of its
     forward against PyTorch's on a random example input."""
     generator = torch.Generator().manual_seed(seed)
-    examples = [torch.randn(tuple(shape), generator=generator) for shape in input_shapes]
     shapes_text = " ".join(",".join(map(str, s)) for s in input_shapes)
+    try:
+        examples = [torch.randn(tuple(shape), generator=generator) for shape in input_shapes]
+    except (RuntimeError, MemoryError) as e:
+        raise ExportError(f"--input-shape {shapes_text}: cannot make the example input: {_first_line(e)}") from e
     try:
         with torch.no_grad():
             reference = model(*examples)
-    except Exception as e:
-        raise ExportError(f"the model does not run on input shape {shapes_text}: "
-                          f"{type(e).__name__}: {_first_line(e)}") from e
+    except (Exception, SystemExit) as e:
+        raise ExportError(f"the model does not run on input shape {shapes_text}: {_raised(e)}") from e
     try:
         program = torch.export.export(model, tuple(examples)).run_decompositions({})
-    except Exception as e:
-        raise ExportError(f"torch.export cannot trace the model: {type(e).__name__}: {_first_line(e)}") from e
+    except (Exception, SystemExit) as e:
+        raise ExportError(f"torch.export cannot trace the model: {_raised(e)}") from e
     graph = Exporter(program, model, name, HANDLERS).run(examples, input_layout == "nhwc")
     run_stage1(graph)
     inputs = [to_ir_layout(x) if input_layout == "nhwc" else x for x in examples]
@@ -197,13 +212,47 @@ def runs_batched(graph, input_shapes: Sequence[Sequence[int]], input_layout: str
 
 
 def _parse_shape(text: str) -> List[int]:
-    try:
-        shape = [int(v) for v in text.split(",")]
-    except ValueError:
-        shape = []
-    if not shape or min(shape) < 1:
+    """One --input-shape: comma-separated positive integers (plain digits), holding at most
+    2^MAX_ELEMENTS_LOG2 elements, as many as an IR tensor may."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(re.fullmatch(r"[0-9]+", p) for p in parts) or min(int(p) for p in parts) < 1:
         raise ExportError(f"--input-shape '{text}': expected comma-separated positive integers, e.g. 1,3,224,224")
+    shape = [int(p) for p in parts]
+    if math.prod(shape) > 1 << MAX_ELEMENTS_LOG2:
+        raise ExportError(f"--input-shape '{text}': {math.prod(shape)} elements, more than the 2^{MAX_ELEMENTS_LOG2} "
+                          f"an IR tensor may hold")
     return shape
+
+
+def _check_memory(shapes: Sequence[Sequence[int]], texts: Sequence[str]) -> None:
+    """The example inputs must fit memory: the export holds EXAMPLE_COPIES float32 copies
+    of them (the input, its IR layout, the batch of two of the batching check), besides
+    the model's activations."""
+    need = EXAMPLE_COPIES * 4 * sum(math.prod(s) for s in shapes)
+    free = available_memory()
+    if free is not None and need > free:
+        raise ExportError(f"--input-shape {' '.join(texts)}: the example inputs need {need / 2**30:.1f} GiB "
+                          f"({EXAMPLE_COPIES} float32 copies); {free / 2**30:.1f} GiB of memory is available")
+
+
+def available_memory() -> Optional[int]:
+    """Bytes of memory this process may still take: MemAvailable of /proc/meminfo, less
+    where a cgroup (v2) limit leaves less; None where neither can be read."""
+    free = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f, \
+                open("/sys/fs/cgroup/memory.current", encoding="ascii") as g:
+            limit = f.read().strip()
+            left = int(limit) - int(g.read().strip()) if limit != "max" else None
+    except (OSError, ValueError):
+        left = None
+    known = [v for v in (free, left) if v is not None]
+    return min(known) if known else None
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -241,6 +290,7 @@ def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
     """
     try:
         shapes = [_parse_shape(s) for s in input_shapes]
+        _check_memory(shapes, input_shapes)
         module = load_model(model, weights, seed)
         name = os.path.basename(out_prefix) or "model"
         graph, checks = export_model(module, shapes, name, input_layout.lower(), seed)

@@ -15,8 +15,14 @@ from ..quant import fields
 from ..tensor import PyTensor
 from .values import format_value
 
+# header keys of the parser's float IRs that say the model is float (compat_quantized_model=false,
+# precision=float32): not written into a quantized IR
+FLOAT_HEADER_KEYS = ("compat_quantized_model", "precision")
 
-def write_graph(graph: PyGraph, txt_path: str, bin_path: str = None) -> None:
+
+def write_graph(graph: PyGraph, txt_path: str, bin_path: str = None, bin_name: str = None) -> None:
+    """The IR's .txt and .bin, each written whole or not at all; `bin_name`: the weights
+    file's name as the header's model_bin gives it, where bin_path is a staging name."""
     if bin_path is None:
         bin_path = os.path.splitext(txt_path)[0] + ".bin"
     out_dir = os.path.dirname(os.path.abspath(txt_path))
@@ -24,7 +30,7 @@ def write_graph(graph: PyGraph, txt_path: str, bin_path: str = None) -> None:
     tmp_txt, tmp_bin = temp_path(txt_path), temp_path(bin_path)
     try:
         with open(tmp_bin, "wb") as fbin:
-            blocks = [_header(graph)]
+            blocks = [_header(graph, bin_name or os.path.basename(bin_path))]
             for index, node in enumerate(graph.nodes):
                 blocks.append(_layer_block(node, index, fbin, graph.quantized))
         with open(tmp_txt, "w", encoding="utf-8") as ftxt:
@@ -47,18 +53,21 @@ def _names(tensors: List[PyTensor]) -> str:
     return "[" + ",".join(t.name for t in tensors) + "]"
 
 
-def _header(graph: PyGraph) -> List[str]:
-    """The four keys; a float IR keeps the other header keys it was read with, a
-    quantized IR has none (a float IR's compat_quantized_model/precision would make
-    the tool chain read it as float)."""
+def _header(graph: PyGraph, bin_name: str) -> List[str]:
+    """The four keys, then the other header keys the IR was read with, in their order
+    (the IR is shared with other tools: what npuopt does not know it keeps); a quantized
+    IR drops those that say the model is float, which would make the tool chain read it
+    as float (FLOAT_HEADER_KEYS), and `model_bin` names the weights file written beside
+    it, not the one the IR was read with."""
     lines = [
         _kv("model_name", graph.name),
         _kv("layer_number", len(graph.nodes)),
         "input_tensors=" + _names(graph.input_tensors),
         "output_tensors=" + _names(graph.output_tensors),
     ]
-    if not graph.quantized:
-        lines += [_kv(k, v) for k, v in graph.header.items()]
+    quantized = graph.quantized
+    lines += [f"model_bin=./{bin_name}" if k == "model_bin" else _kv(k, v) for k, v in graph.header.items()
+              if not (quantized and k in FLOAT_HEADER_KEYS)]
     return lines
 
 
