@@ -1,23 +1,21 @@
-"""`npuopt-run`: run a quantized IR with the reference integer arithmetic.
+"""`npuopt-run`: run a quantized IR with the reference integer arithmetic, streaming the
+inputs batch by batch (npuopt_run/stream.py).
 
-Errors are one line `npuopt-run: error: ...` and exit status 1; --verbose
-adds the traceback.
+Errors are one line `npuopt-run: error: ...` and exit status 1, and leave no file behind;
+--verbose adds the traceback.
 """
 import argparse
-import json
-import os
 import sys
 import traceback
-from typing import Dict, List
-
-import numpy as np
+from typing import List
 
 from .errors import RefrunError
 from .irfile import read_model
 from .runner import Runner
-from . import intmath
+from .stream import NpyInput, Writer
 
 PROG = "npuopt-run"
+DEFAULT_BATCH_SIZE = 4  # EfficientNet-Lite0 at 224x224: 476 MB peak resident (README)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,20 +32,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "(graph .txt + weights .bin) and computes every layer in NumPy integer arithmetic, "
                     "as docs/integer-semantics.md writes it down. Layers left in float run in float32.",
         epilog=f"example: {PROG} out/model_o.txt --input images.npy -o ref.npz --dump ref_dump")
-    p.add_argument("model", help="the quantized graph file (MODEL_o.txt)")
+    p.add_argument("model", help="the quantized graph file (MODEL_o.txt; a float IR is refused)")
     p.add_argument("--input", "-i", action="append", default=[], metavar="NPY",
                    help="one .npy per graph input, in the IR's input_tensors order; first axis the batch")
     p.add_argument("-o", "--output", required=True, metavar="OUT.npz",
                    help="write each output tensor (integers) under its name and its dequantized float "
-                        "under '<name>.float'")
+                        "under '<name>.float'; the file appears only once the whole run has succeeded")
     p.add_argument("--bin", help="the weights file (default: the graph file's name with .bin)")
     p.add_argument("--integer-input", action="store_true",
                    help="inputs are already quantized integers (default: float, quantized with the "
                         "Input layer's layer_top_scale/layer_top_zp)")
     p.add_argument("--dump", metavar="DIR",
-                   help="write every tensor as DIR/<name>.npy (integers as stored; see DIR/index.json)")
-    p.add_argument("--batch", type=int, default=16, metavar="N",
-                   help="samples run at once (memory bound only; results do not depend on it)")
+                   help="write every tensor as DIR/<name>.npy (integers as stored; see DIR/index.json), "
+                        "batch by batch")
+    p.add_argument("--batch-size", "--batch", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                   help=f"samples run at once (default {DEFAULT_BATCH_SIZE}); inputs are read and outputs "
+                        f"written batch by batch, so memory follows the model and N, not the number of "
+                        f"samples; results do not depend on N")
     p.add_argument("--verbose", "-v", action="store_true", help="print the traceback on errors")
     return p
 
@@ -73,74 +74,24 @@ def _fail(message: str, verbose: bool) -> None:
 
 
 def run(args) -> None:
-    if args.batch < 1:
-        raise RefrunError(f"--batch must be at least 1, got {args.batch}")
-    model = read_model(args.model, args.bin)
-    runner = Runner(model)
-    arrays = [_load_npy(path) for path in args.input]
-    inputs = runner.prepare_inputs(arrays, args.integer_input)
-    total = inputs[0].shape[0] if inputs else 1
-    chunks: Dict[str, List[np.ndarray]] = {}
-    for start in range(0, max(total, 1), args.batch):
-        values = runner.run([x[start: start + args.batch] for x in inputs])
-        for name, value in values.items():
-            chunks.setdefault(name, []).append(value)
-    values = {name: np.concatenate(parts) if len(parts) > 1 else parts[0] for name, parts in chunks.items()}
-    _write_outputs(runner, values, args.output)
-    if args.dump:
-        write_dump(runner, values, args.dump)
-
-
-def _load_npy(path: str) -> np.ndarray:
-    if not os.path.isfile(path):
-        raise RefrunError(f"input file '{path}' not found")
-    try:
-        value = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise RefrunError(f"input file '{path}' is not a readable .npy: {e}") from None
-    if not isinstance(value, np.ndarray) or value.ndim == 0:
-        raise RefrunError(f"input file '{path}' must hold one array with the batch as its first axis")
-    return value
-
-
-def stored(runner: Runner, name: str, value: np.ndarray) -> np.ndarray:
-    """An integer tensor in its IR dtype's NumPy type (int4 as int8); floats as float32."""
-    info = runner.infos[name]
-    return value.astype(info.dtype.storage if info.is_int else np.float32)
-
-
-def _write_outputs(runner: Runner, values: Dict[str, np.ndarray], path: str) -> None:
-    out = {}
-    for name in runner.model.outputs:
-        info = runner.infos[name]
-        out[name] = stored(runner, name, values[name])
-        out[name + ".float"] = (intmath.dequantize(values[name], info.scale, info.zp)
-                                if info.is_int and info.scale is not None else values[name].astype(np.float32))
-    _save(path, lambda f: np.savez(f, **out))
-
-
-def write_dump(runner: Runner, values: Dict[str, np.ndarray], folder: str) -> None:
-    """One .npy per tensor, named like npuopt's dumps; index.json maps tensor names to files."""
-    os.makedirs(folder, exist_ok=True)
-    index = {}
-    for layer in runner.order:
-        for name in layer.tops:
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-            fname, n = safe + ".npy", 1
-            while fname in index.values():
-                n += 1
-                fname = f"{safe}~{n}.npy"
-            index[name] = fname
-            _save(os.path.join(folder, fname), lambda f, v=stored(runner, name, values[name]): np.save(f, v))
-    _save(os.path.join(folder, "index.json"), lambda f: f.write(json.dumps(index, indent=1).encode()))
-
-
-def _save(path: str, write) -> None:
-    try:
-        with open(path, "wb") as f:
-            write(f)
-    except OSError as e:
-        raise RefrunError(f"cannot write '{path}': {e}") from None
+    """Stream the inputs through the model batch by batch into the Writer: memory follows
+    the model and --batch-size, and nothing is written unless every batch ran."""
+    if args.batch_size < 1:
+        raise RefrunError(f"--batch-size must be at least 1, got {args.batch_size}")
+    with Writer(args.output, args.dump) as writer:
+        runner = Runner(read_model(args.model, args.bin))
+        sources = [NpyInput(path) for path in args.input]
+        runner.check_inputs(sources, args.integer_input, args.input)
+        samples = {source.shape[0] for source in sources}
+        if len(samples) > 1:
+            counts = ", ".join(f"'{s.path}' {s.shape[0]}" for s in sources)
+            raise RefrunError(f"the input files hold different numbers of samples ({counts})")
+        total = samples.pop() if samples else 1
+        writer.begin(runner)
+        for start in range(0, total, args.batch_size):
+            batch = [source.rows(start, start + args.batch_size) for source in sources]
+            runner.stream(runner.prepare_inputs(batch, args.integer_input), writer.wanted, writer.add)
+        writer.publish()
 
 
 if __name__ == "__main__":

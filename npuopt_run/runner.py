@@ -4,8 +4,9 @@ Integer tensors are held as int64 NumPy arrays, float tensors as float32.
 Values cross between float and integer layers only through Quantize and
 DeQuantize layers (docs/integer-semantics.md).
 """
+import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 
@@ -89,12 +90,33 @@ def topological(model: Model) -> List[Layer]:
     return order
 
 
+def last_reads(order: List[Layer]) -> List[List[str]]:
+    """For each layer of `order`, the tensors that no later layer reads (its own unread tops
+    included): the run drops them once that layer has run."""
+    last = {}
+    for i, layer in enumerate(order):
+        for t in layer.bottoms + layer.tops:
+            last[t] = i
+    done: List[List[str]] = [[] for _ in order]
+    for t, i in last.items():
+        done[i].append(t)
+    return done
+
+
+def _samples(x: np.ndarray, batch: int, start: int, n: int) -> np.ndarray:
+    """Samples start..start+n of a batched input; an input of its own batch whole."""
+    return x[start:start + n] if x.ndim and x.shape[0] == batch else x
+
+
 class Runner:
     def __init__(self, model: Model):
         self.model = model
         self.infos = tensor_infos(model)
         self.order = topological(model)
         self.integer = {layer.name: computes_in_integers(layer, self.infos) for layer in self.order}
+        self.last_read = last_reads(self.order)
+        self._batchable: Optional[bool] = None
+        self._check_quantized()
         for layer in self.order:
             if layer.type not in OPS:
                 raise layer.error(f"unknown layer type '{layer.type}' (npuopt-run knows: "
@@ -109,63 +131,99 @@ class Runner:
                 raise layer.error(f"per-channel activation quantization (activation_quantization_axis={axes}) "
                                   f"is not supported", "activation_quantization_axis")
 
-    def prepare_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool) -> List[np.ndarray]:
-        """Check the inputs against the IR; quantize float ones with the Input layer's scale/zp."""
+    def _check_quantized(self) -> None:
+        """npuopt-run checks quantized IRs: refuse a float one (no integer tensor with a
+        scale: the parser's or npuopt-export's IR, not npuopt's), and a graph input or
+        output scale that would quantize or dequantize to garbage."""
+        if not any(info.is_int and info.scale is not None for info in self.infos.values()):
+            raise RefrunError(f"{self.model.path}: not a quantized IR: no layer writes an integer tensor with a "
+                              f"layer_top_scale (a float IR; quantize it with npuopt first)")
+        for name in self.model.inputs + self.model.outputs:
+            info = self.infos[name]
+            if info.is_int and info.scale is not None and not (math.isfinite(info.scale) and info.scale > 0):
+                kind = "input" if name in self.model.inputs else "output"
+                raise info.producer.error(f"layer_top_scale {info.scale} of graph {kind} '{name}' must be a "
+                                          f"positive finite number", "layer_top_scale")
+
+    def check_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool, files: Sequence[str] = ()) -> None:
+        """The inputs against the IR from their shapes and dtypes alone (no value is read, so
+        memory-mapped files cost nothing): one per graph input, the IR's shape after the
+        batch axis, real numbers, integers exactly when `integer_input`. `files` name them."""
         names = self.model.inputs
         if len(arrays) != len(names):
             raise RefrunError(f"the model takes {len(names)} input(s) ({', '.join(names)}), "
                               f"got {len(arrays)} --input")
-        values = []
-        for name, x in zip(names, arrays):
+        for i, (name, x) in enumerate(zip(names, arrays)):
             info = self.infos[name]
+            who = f"input '{name}'" + (f" (file '{files[i]}')" if files else "")
+            if x.dtype.kind not in "biuf":
+                raise RefrunError(f"{who} holds {x.dtype} values; npuopt-run takes real numbers (floats, or "
+                                  f"integers with --integer-input)")
             if x.ndim != len(info.shape) or tuple(x.shape[1:]) != tuple(info.shape[1:]):
-                raise RefrunError(f"input '{name}' has shape {list(x.shape)}; the IR says {list(info.shape)} "
+                raise RefrunError(f"{who} has shape {list(x.shape)}; the IR says {list(info.shape)} "
                                   f"(the first axis is the batch)")
+            if not info.is_int:
+                continue
+            if integer_input and not np.issubdtype(x.dtype, np.integer):
+                raise RefrunError(f"{who}: --integer-input needs an integer array, got {x.dtype}")
+            if not integer_input and np.issubdtype(x.dtype, np.integer):
+                raise RefrunError(f"{who} is an integer array ({x.dtype}): pass --integer-input to "
+                                  f"take it as quantized {info.dtype.name} values, or give floats to quantize")
+
+    def prepare_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool) -> List[np.ndarray]:
+        """Check the inputs against the IR; quantize float ones with the Input layer's scale/zp."""
+        self.check_inputs(arrays, integer_input)
+        values = []
+        for name, x in zip(self.model.inputs, arrays):
+            info = self.infos[name]
             if not info.is_int:
                 values.append(x.astype(np.float32))
             elif integer_input:
-                if not np.issubdtype(x.dtype, np.integer):
-                    raise RefrunError(f"input '{name}': --integer-input needs an integer array, got {x.dtype}")
                 x = x.astype(np.int64)
                 lo, hi = info.dtype.qmin, info.dtype.qmax
                 if x.size and (x.min() < lo or x.max() > hi):
                     raise RefrunError(f"input '{name}': values [{x.min()}, {x.max()}] lie outside "
                                       f"{info.dtype.name} [{lo}, {hi}]")
                 values.append(x)
-            elif np.issubdtype(x.dtype, np.integer):
-                raise RefrunError(f"input '{name}' is an integer array ({x.dtype}): pass --integer-input to "
-                                  f"take it as quantized {info.dtype.name} values, or give floats to quantize")
             else:
                 scale, zp = info.quant(info.producer)
                 values.append(intmath.quantize(x, scale, zp, info.qmin, info.qmax))
         return values
 
     def run(self, inputs: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
-        """Every tensor of the model, by name (inputs already prepared). A model whose IR
-        cannot carry a batch (batch 1 fixed in its shapes: the first two samples' outputs
-        change when run together) runs one sample at a time, every tensor concatenated
-        along its first axis."""
+        """Every tensor of the model, by name (inputs already prepared), the samples of the
+        batch along the first axis. Holds the whole batch's tensors: stream() is the
+        memory-bounded way."""
+        parts: Dict[str, List[np.ndarray]] = {}
+        self.stream(inputs, set(self.infos), lambda name, value: parts.setdefault(name, []).append(value))
+        return {name: np.concatenate(p, axis=0) if len(p) > 1 and p[0].ndim else p[-1] for name, p in parts.items()}
+
+    def stream(self, inputs: Sequence[np.ndarray], wanted: Set[str], sink: Callable[[str, np.ndarray], None]) -> None:
+        """Run one batch (inputs already prepared), handing every tensor named in `wanted` to
+        sink(name, value) as soon as it is computed and dropping each tensor after its last
+        reader, so that memory follows the model and the batch. A model whose IR cannot
+        carry a batch (batch 1 fixed in its shapes: the first two samples' outputs change
+        when run together; decided once, on the first batch of two or more) runs one sample
+        at a time: the sink then gets each tensor once per sample, in sample order."""
         batch = inputs[0].shape[0] if inputs and inputs[0].ndim else 1
         ir_batch_one = all(list(self.infos[n].shape)[:1] == [1] for n in self.model.inputs)
-        if batch > 1 and ir_batch_one and not self._samples_stay_apart(inputs):
-            runs = [self._run([x[i:i + 1] if x.ndim and x.shape[0] == batch else x for x in inputs])
-                    for i in range(batch)]
-            return {name: np.concatenate([r[name] for r in runs], axis=0) if runs[0][name].ndim
-                    else runs[-1][name] for name in runs[0]}
-        return self._run(inputs)
+        if batch > 1 and ir_batch_one:
+            if self._batchable is None:
+                self._batchable = self._samples_stay_apart(inputs)
+            if not self._batchable:
+                for i in range(batch):
+                    self._run([_samples(x, batch, i, 1) for x in inputs], wanted, sink)
+                return
+        self._run(inputs, wanted, sink)
 
     def _samples_stay_apart(self, inputs: Sequence[np.ndarray]) -> bool:
         batch = inputs[0].shape[0]
-
-        def part(x, start, n):
-            """Samples start..start+n of a batched input; an input of its own batch whole."""
-            return x[start:start + n] if x.ndim and x.shape[0] == batch else x
         try:
-            together = self._run([part(x, 0, 2) for x in inputs])
+            together = self._outputs([_samples(x, batch, 0, 2) for x in inputs])
         except RefrunError:
             return False
         for i in range(2):
-            alone = self._run([part(x, i, 1) for x in inputs])
+            alone = self._outputs([_samples(x, batch, i, 1) for x in inputs])
             for name in self.model.outputs:
                 a, b = together[name], alone[name]
                 if a.size != 2 * b.size:
@@ -175,37 +233,47 @@ class Runner:
                     return False
         return True
 
-    def _run(self, inputs: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
+    def _outputs(self, inputs: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
+        got: Dict[str, np.ndarray] = {}
+        self._run(inputs, set(self.model.outputs), got.__setitem__)
+        return got
+
+    def _run(self, inputs: Sequence[np.ndarray], wanted: Set[str], sink: Callable[[str, np.ndarray], None]) -> None:
         values: Dict[str, np.ndarray] = dict(zip(self.model.inputs, inputs))
         batch = inputs[0].shape[0] if inputs else 1
-        for layer in self.order:
+        for layer, done in zip(self.order, self.last_read):
             if layer.type == "Input":
                 if layer.tops[0] not in values:
                     raise layer.error(f"Input tensor '{layer.tops[0]}' is not among the header's input_tensors")
-                continue
-            quantized = self.integer[layer.name]
-            op = OPS[layer.type]
-            fn = op.int_fn if quantized else op.float_fn
-            if fn is None:
-                mode = "integer" if quantized else "float"
-                raise layer.error(f"npuopt-run has no {mode} forward for {layer.type}")
-            infos = [self.infos[b] for b in layer.bottoms]
-            for info in infos:
-                if info.is_int != (quantized != op.reads_other_kind):
-                    raise layer.error(f"{'an integer' if quantized else 'a float'} {layer.type} reads "
-                                      f"{'integer' if info.is_int else 'float'} tensor '{info.name}' "
-                                      f"(values cross between float and integer only through "
-                                      f"Quantize/DeQuantize layers)")
-            xs = [values[b] for b in layer.bottoms]
-            try:
-                outs = fn(layer, xs, infos)
-            except RefrunError:
-                raise
-            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
-                raise layer.error(f"{type(e).__name__}: {e}") from e
-            for t, out in zip(layer.tops, outs):
-                values[t] = self._check(layer, self.infos[t], out, batch)
-        return values
+            else:  # (a comprehension: no local name keeps a tensor alive past its last reader)
+                values.update({t: self._check(layer, self.infos[t], out, batch) for t, out in
+                               zip(layer.tops, self._forward(layer, [values[b] for b in layer.bottoms]))})
+            for t in layer.tops:
+                if t in wanted:
+                    sink(t, values[t])
+            for t in done:
+                del values[t]
+
+    def _forward(self, layer: Layer, xs: List[np.ndarray]) -> List[np.ndarray]:
+        quantized = self.integer[layer.name]
+        op = OPS[layer.type]
+        fn = op.int_fn if quantized else op.float_fn
+        if fn is None:
+            mode = "integer" if quantized else "float"
+            raise layer.error(f"npuopt-run has no {mode} forward for {layer.type}")
+        infos = [self.infos[b] for b in layer.bottoms]
+        for info in infos:
+            if info.is_int != (quantized != op.reads_other_kind):
+                raise layer.error(f"{'an integer' if quantized else 'a float'} {layer.type} reads "
+                                  f"{'integer' if info.is_int else 'float'} tensor '{info.name}' "
+                                  f"(values cross between float and integer only through "
+                                  f"Quantize/DeQuantize layers)")
+        try:
+            return fn(layer, xs, infos)
+        except RefrunError:
+            raise
+        except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
+            raise layer.error(f"{type(e).__name__}: {e}") from e
 
     def _check(self, layer: Layer, info: TensorInfo, out: np.ndarray, batch: int) -> np.ndarray:
         """The runner's own consistency check: IR shape (batch scaled) and dtype range."""
@@ -222,5 +290,5 @@ class Runner:
             if out.size and (out.min() < info.dtype.qmin or out.max() > info.dtype.qmax):
                 raise layer.error(f"'{info.name}' holds [{out.min()}, {out.max()}] outside {info.dtype.name}")
         else:
-            out = out.astype(np.float32)
+            out = out.astype(np.float32, copy=False)
         return out

@@ -72,24 +72,51 @@ def test_parser_agrees_with_npuopt_and_survives_a_round_trip(tmp_path, name):
         assert (a.name, a.type, a.params, a.top_shapes) == (b.name, b.type, b.params, b.top_shapes)
 
 
+QUANTIZED_TAIL = ("\n\nlayer_id=3\nlayer_name=q\nlayer_type=Quantize\nlayer_bottom=[sig]\n"
+                  "layer_bottom_shape=[[1,8,8,8]]\nlayer_bottom_type=[float32]\nlayer_top=[q]\n"
+                  "layer_top_shape=[[1,8,8,8]]\nlayer_top_type=[uint8]\nlayer_top_scale=[255.0]\nlayer_top_zp=[0]\n")
+
+
+def with_quantized_tail(txt):
+    """tiny_conv_sigmoid's float layers ending in a Quantize layer (npuopt-run refuses a
+    float IR: here the float layers are those a mixed-precision IR keeps in float)."""
+    with open(txt) as f:
+        text = f.read()
+    with open(txt, "w") as f:
+        f.write(text.replace("layer_number=3", "layer_number=4").replace("output_tensors=[sig]", "output_tensors=[q]")
+                .rstrip("\n") + QUANTIZED_TAIL)
+    return txt
+
+
 @needs_shared
-def test_float_model_runs_like_npuopt(tmp_path):
-    """A float IR (no quantized layer) runs in float32 and matches npuopt's float forward."""
+def test_float_layers_run_like_npuopt(tmp_path):
+    """Layers kept in float run in float32 and match npuopt's float forward."""
     import npuopt.ops  # noqa: F401  (registers the forwards)
     from npuopt.ir import read_graph
 
-    txt = example(tmp_path, "tiny_conv_sigmoid")
+    graph = read_graph(example(tmp_path, "tiny_conv_sigmoid"))
+    (tmp_path / "mixed").mkdir()
+    txt = with_quantized_tail(example(tmp_path / "mixed", "tiny_conv_sigmoid"))
     x = np.random.default_rng(1).standard_normal((3, 8, 8, 4)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out.npz"
-    run_cli([txt, "--input", str(tmp_path / "x.npy"), "-o", str(out), "--dump", str(tmp_path / "dump")])
-    graph = read_graph(txt)
+    assert run_cli([txt, "--input", str(tmp_path / "x.npy"), "-o", str(out), "--dump", str(tmp_path / "dump")]) == 0
     graph.forward([torch.from_numpy(x)], keep_tensors=True)
-    got = np.load(out)
-    np.testing.assert_allclose(got["sig"], graph.tensor("sig").betensor.numpy(), atol=1e-6)
-    np.testing.assert_array_equal(got["sig.float"], got["sig"])
+    sig = graph.tensor("sig").betensor.numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "dump" / "sig.npy"), sig, atol=1e-6)
     np.testing.assert_allclose(np.load(tmp_path / "dump" / "conv.npy"), graph.tensor("conv").betensor.numpy(),
                                rtol=1e-5, atol=1e-5)
+    assert np.load(out)["q"].dtype == np.uint8
+    assert np.abs(np.load(out)["q.float"] - sig).max() <= 0.5 / 255 + 1e-6
+
+
+@needs_shared
+def test_a_float_ir_is_refused(capsys, tmp_path):
+    txt = example(tmp_path, "tiny_conv_sigmoid")
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 4), np.float32))
+    expect_error(capsys, [txt, "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "o.npz")],
+                 "tiny_conv_sigmoid.txt", "not a quantized IR")
+    assert not (tmp_path / "o.npz").exists()
 
 
 def test_value_syntax():
@@ -140,10 +167,10 @@ def expect_error(capsys, argv, *words):
 
 @pytest.fixture
 def tiny(tmp_path):
-    """tiny_conv_sigmoid with an input; returns (txt path, edit(old, new), argv)."""
+    """tiny_conv_sigmoid (with a quantized tail) and an input; returns (txt path, edit(old, new), argv)."""
     if not os.path.isdir(EXAMPLES):
         pytest.skip(f"the example IRs ({EXAMPLES}) are not beside this checkout")
-    txt = example(tmp_path, "tiny_conv_sigmoid")
+    txt = with_quantized_tail(example(tmp_path, "tiny_conv_sigmoid"))
     np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 4), np.float32))
 
     def edit(old, new):
@@ -167,7 +194,7 @@ def tiny(tmp_path):
     ("layer_type=Activation", "layer_type=Frobnicate", ["layer 'sig'", "Frobnicate"]),
     ("method=SIGMOID", "method=FROB", ["layer 'sig'", "FROB"]),
     ("layer_bottom=[conv]", "layer_bottom=[nothing]", ["layer 'sig'", "nothing"]),
-    ("layer_number=3", "layer_number=4", ["layer_number", "truncated"]),
+    ("layer_number=4", "layer_number=5", ["layer_number", "truncated"]),
     ("layer_top_shape=[[1,8,8,8]]\nlayer_top_type=[float32]\nbiases",
      "layer_top_shape=[[1,8,8,7]]\nlayer_top_type=[float32]\nbiases", ["layer 'conv'", "shape"]),
 ])
@@ -580,8 +607,8 @@ FLOAT_REDUCES = [("MEAN", [1, 2]), ("SUM", [2]), ("MAX", [3]), ("MIN", [1]), ("P
 
 
 def test_float_resize_and_reduce_run_like_npuopt(tmp_path):
-    """A float IR of every Resize mode/nearest_mode (with ratios for some) and every Reduce
-    method: npuopt-run's float forward gives npuopt's to float rounding."""
+    """Float layers of every Resize mode/nearest_mode (with ratios for some) and every
+    Reduce method: npuopt-run's float forward gives npuopt's to float rounding."""
     import npuopt.ops  # noqa: F401  (registers the forwards)
     from npuopt.ir import read_graph
 
@@ -601,10 +628,15 @@ def test_float_resize_and_reduce_run_like_npuopt(tmp_path):
                            types=["float32"], params=dict(method=method, axis=axes)))
     tops = [t for layer in layers[1:] for t in layer["tops"]]
     txt = write_qir(tmp_path, layers, ["x"], tops)
+    # npuopt-run refuses a float IR: these float layers are those a mixed-precision IR keeps in float
+    quantize = dict(name="q", type="Quantize", bottoms=["x"], tops=["q"], shapes=[shape], types=["int8"],
+                    scales=[50.0], zps=[0])
+    (tmp_path / "mixed").mkdir()
+    mixed = write_qir(tmp_path / "mixed", layers + [quantize], ["x"], tops + ["q"])
     x = np.random.default_rng(5).uniform(-1.5, 1.5, [3] + shape[1:]).astype(np.float32)
     x[0, 1, 1] = 0.0
     np.save(tmp_path / "x.npy", x)
-    assert run_cli([txt, "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "out.npz")]) == 0
+    assert run_cli([mixed, "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "out.npz")]) == 0
     got = np.load(tmp_path / "out.npz")
     graph = read_graph(txt)
     graph.forward([torch.from_numpy(x)], keep_tensors=True)
