@@ -21,7 +21,8 @@ def run(folder, **fields):
                   output_dir=folder / "out", dataset="NumpyDataset", calibration_data=f"{EXAMPLE}/data.npy",
                   statistic_file=folder.parent / "statistics.npy", global_calibration="none", device="cpu",
                   quantize_method_for_weight="per_channel_symmetric_restricted_range",
-                  quantize_method_for_activation="per_tensor_asymmetric", **fields)
+                  quantize_method_for_activation="per_tensor_asymmetric")
+    values.update(fields)
     (folder / "opt.cfg").write_text("[Common]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
     load_plugins()
     master = OptMaster(load_config(str(folder / "opt.cfg")))
@@ -101,3 +102,21 @@ def test_algorithms_read_the_plan_realised_and_replan_only_what_they_edited(tmp_
     plan.forget()
     assert written(plan.realised(), tmp_path / "anew") == edited != before
     assert len(builds) == 2
+
+
+@pytest.mark.parametrize("method", ["easy_quant", "svd_quant", "svd_quant[3]"])
+def test_after_a_method_the_realised_plan_is_the_one_made_anew(tmp_path, monkeypatch, method):
+    """A method that reads and edits the plan many times (easy_quant replans a layer for
+    each range it tries) leaves the realised graph equal to one made from its plan anew."""
+    from npuopt.quant.plan import QuantPlan
+    seen = []
+    build = QuantPlan.build
+
+    def checked(self):
+        kept = written(self.realised(), tmp_path / "kept")
+        self.forget()
+        seen.append(kept == written(self.realised(), tmp_path / "anew"))
+        return build(self)
+    monkeypatch.setattr(QuantPlan, "build", checked)
+    run(tmp_path / "run", global_calibration=method)
+    assert seen == [True]
