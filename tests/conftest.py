@@ -227,3 +227,18 @@ def pytest_terminal_summary(terminalreporter):
     for nodeid, value in sorted(shares.items()):
         if value < 1.0:
             terminalreporter.write_line(f"{value:9.4%} identical  {nodeid}")
+
+
+def invoke_export(*args, cwd: Path):
+    """npuopt-export ARGS in this process (click's runner) from folder `cwd`:
+    (exit code, stdout, stderr)."""
+    from click.testing import CliRunner
+    from npuopt_export.export import main as export_main
+
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(export_main, [str(a) for a in args])
+    finally:
+        os.chdir(before)
+    return result.exit_code, result.stdout, result.stderr

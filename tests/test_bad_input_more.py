@@ -26,10 +26,9 @@ import npuopt_export.export as export_mod
 from npuopt.datasets_common import no_label
 from npuopt.framework import Dataset, PluginType, register_plugin
 from npuopt.ir import read_graph
-from npuopt_export.export import main as export_main
 from npuopt_run.irfile import read_model
 
-from conftest import REPO, run_in_process, write_cfg, write_tiny_ir
+from conftest import REPO, invoke_export, run_in_process, write_cfg, write_tiny_ir
 
 EXAMPLE = REPO / "examples" / "tiny_cnn"
 DATA = np.load(EXAMPLE / "data.npy")
@@ -210,19 +209,6 @@ def models_dir(tmp_path_factory):
     for name, body in MODELS.items():
         (folder / name).write_text(textwrap.dedent(body))
     return folder
-
-
-def invoke_export(*args, cwd: Path):
-    """npuopt-export ARGS through click in this process, from folder `cwd`: (exit code, stdout, stderr)."""
-    from click.testing import CliRunner
-
-    before = os.getcwd()
-    os.chdir(cwd)
-    try:
-        result = CliRunner().invoke(export_main, [str(a) for a in args])
-    finally:
-        os.chdir(before)
-    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.mark.parametrize("shapes, fragments", [

@@ -9,7 +9,6 @@ depend on the input. mobilenet_v2 and EfficientNet-Lite0 run by default; the oth
 models, and Lite0's top-1 over the 500 val images, are slow (`-m slow`).
 """
 import importlib.util
-import os
 import subprocess
 import sys
 import textwrap
@@ -20,9 +19,10 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import invoke_export as invoke
 from npuopt.errors import ExportError
 from npuopt.ir import read_graph
-from npuopt_export.export import export_model, load_model, main as export_main, runs_batched
+from npuopt_export.export import export_model, load_model, runs_batched
 from npuopt_export.export_check import (IMAGE_LABELS, MAX_REL_ERROR, MIN_COSINE, MODELS, agreement,
                                 load_images, model_figures, passes, run_ir, run_torch)
 
@@ -221,20 +221,6 @@ def test_concat_broadcasts_a_batch_one_constant():
 
 
 # ---- the command line ------------------------------------------------------------
-def invoke(*args, cwd: Path):
-    """npuopt-export ARGS in this process (click's runner) from folder `cwd`:
-    exit code, stdout, stderr."""
-    from click.testing import CliRunner
-
-    before = os.getcwd()
-    os.chdir(cwd)
-    try:
-        result = CliRunner().invoke(export_main, [str(a) for a in args])
-    finally:
-        os.chdir(before)
-    return result.exit_code, result.stdout, result.stderr
-
-
 def assert_one_line(code, stdout, stderr, *fragments):
     report = f"exit {code}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     assert code != 0, report
