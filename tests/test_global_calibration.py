@@ -2,8 +2,10 @@
 weight grids and roundings (adaround, adaquant_zy, gptq_zy), with 4-bit weights:
 each lowers the quantized output's error against rounding to nearest on the
 calibrated grid, keeps its integers on the grid, and a cfg that names it runs end to
-end to an IR that reads back. Equalization keeps the float function and lowers the
-error of per-tensor weights; bias correction lowers the error of per-tensor weights."""
+end to an IR that reads back. GPTQ's blocked rounding (dense or low-rank H) chooses
+the integers of the paper's column-by-column algorithm (issue 23). Equalization keeps
+the float function and lowers the error of per-tensor weights; bias correction lowers
+the error of per-tensor weights."""
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ import torch
 from npuopt.errors import ConfigError
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
-from npuopt.quant.global_calibration import _layers
+from npuopt.quant.global_calibration import _layers, gptq
 
 from conftest import output_mse, run_cfg
 
@@ -59,8 +61,9 @@ def model(tmp_path_factory):
     return path, output_error(run(path, "none"), path)
 
 
-@pytest.mark.parametrize("method", ["adaround[0,200]", "gptq_zy", "adaquant_zy[0,200]"])
+@pytest.mark.parametrize("method", ["adaround[0,200]", "gptq_zy", "gptq_zy[1]", "adaquant_zy[0,200]"])
 def test_a_method_lowers_the_4bit_output_error(model, method):
+    """gptq_zy[1]: one batch of 16 samples, fewer than half of fc's 108 inputs (H's low-rank form)."""
     path, nearest = model
     master = run(path, method)
     error = output_error(master, path)
@@ -73,6 +76,57 @@ def test_a_method_lowers_the_4bit_output_error(model, method):
             attrs = master.graph.node(node.name).attrs
             assert "planned_integers" in attrs
             assert ("planned_ranges" in attrs) == (not method.startswith("gptq_zy"))  # AdaRound/AdaQuant choose it
+
+
+def textbook_gptq(problem, act_order: bool) -> torch.Tensor:
+    """GPTQ as the paper's Algorithm 1 states it, one column at a time in float64: the
+    float weights of least error T = (C + damp W)(H + damp I)^-1, each column rounded in
+    turn and its error spread over the columns after it through the upper Cholesky factor
+    of (H + damp I)^-1."""
+    low = problem.low_rank
+    h = low.double() @ low.double().transpose(1, 2) if low is not None else problem.H.double()
+    g, rows, k = problem.weights.shape
+    order = torch.argsort(h.diagonal(dim1=1, dim2=2), dim=1, descending=True, stable=True) if act_order else \
+        torch.arange(k).expand(g, k)
+    h = h + problem.damp.double() * torch.eye(k, dtype=torch.float64)
+    w = torch.linalg.solve(h, (problem.C + problem.damp * problem.weights).double().transpose(1, 2)).transpose(1, 2)
+    w = w.gather(2, order.unsqueeze(1).expand(g, rows, k))
+    h = h.gather(1, order.unsqueeze(2).expand(g, k, k)).gather(2, order.unsqueeze(1).expand(g, k, k))
+    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    scale, zp = (v[..., 0].double() if isinstance(v, torch.Tensor) else v for v in (problem.scale, problem.zp))
+    q = torch.zeros_like(w)
+    for i in range(k):
+        q[..., i] = torch.round(w[..., i] * scale - zp).clamp(problem.qmin, problem.qmax)
+        error = (w[..., i] - (q[..., i] + zp) / scale) / u[:, i, i].unsqueeze(1)
+        w[..., i:] -= error.unsqueeze(2) * u[:, i, i:].unsqueeze(1)
+    return q.gather(2, torch.argsort(order, dim=1).unsqueeze(1).expand(g, rows, k)).to(torch.float32)
+
+
+@pytest.mark.parametrize("groups, rows, k, patches", [(1, 6, 40, 60), (3, 5, 37, 12), (1, 4, 300, 30)])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_gptq_rounds_as_the_paper_s_column_by_column_algorithm(groups, rows, k, patches, per_row):
+    """Issue 23: the blocked rounding from H's Cholesky factor (dense, or by blocks from the
+    patches when they are fewer than half the inputs) chooses the same integers as the
+    paper's algorithm, with and without act order, whatever the block size."""
+    gen = torch.Generator().manual_seed(k)
+    x = torch.randn(groups, patches, k, generator=gen) + 0.5           # inputs with a mean, as after a ReLU
+    low = x.transpose(1, 2) / patches ** 0.5                             # H = low low^T = E[x x^T]
+    w = torch.randn(groups, rows, k, generator=gen) * 0.3
+    h = low @ low.transpose(1, 2)
+    c = w @ h + 0.01 * torch.randn(groups, rows, k, generator=gen)     # the quantized input differs a little
+    damp = 0.01 * h.diagonal(dim1=1, dim2=2).mean(1).reshape(groups, 1, 1)
+    scale, zp = (torch.rand(groups, rows, 1, generator=gen) * 10 + 5,
+                 torch.randint(-3, 4, (groups, rows, 1), generator=gen).float()) if per_row else (9.0, 0.0)
+    forms = [(h, None)] + ([(None, low)] if 2 * patches < k else [])
+    for dense, factor in forms:
+        problem = _layers.Problem(None, w, dense, factor, c, damp, scale, zp, -7, 7, None, None)
+        for act_order in (True, False):
+            want = textbook_gptq(problem, act_order)
+            for block in (1, 8, 128):
+                got = gptq.round_columns(problem, act_order, block)
+                assert torch.equal(got, want), (dense is None, act_order, block, int((got != want).sum()))
+    nearest = torch.round(w * scale - zp).clamp(-7, 7)
+    assert not torch.equal(want, nearest)  # the problem is one where GPTQ's feedback changes integers
 
 
 def test_adaround_runs_end_to_end_and_the_ir_reads_back(model):

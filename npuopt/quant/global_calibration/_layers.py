@@ -9,9 +9,11 @@ still give the float output W x_f + b. Over the P patches of the calibration set
 
     (1/P) sum ||W x_f + b - (W~ x_q + b~)||^2 = tr(W~ H W~^T) - 2 <W~, C> + const
 
-with H and C from the Gram matrices of [x_q; 1] and [x_f; 1] (`Problem`): the error
+with H = E[x_q x_q^T] and C = E[W x_f x_q^T] (`grams`, `Problem`): the error
 of any rounding costs one small matrix product, whatever the number of patches, and
-the best biases b~ for given weights have a closed form (`free_bias`). The fused
+the best biases b~ for given weights have a closed form (`free_bias`). From fewer
+patches than half the inputs (few samples, or a late layer's few positions), H is
+kept as its factor, the patches themselves, and no K x K matrix is made. The fused
 activation is left out of the error, as in the layer-wise losses of AdaRound and GPTQ.
 """
 import contextlib
@@ -128,34 +130,46 @@ def _real(v: torch.Tensor, qt) -> torch.Tensor:
     return (dequantized(qt, v) if qt is not None else v).to(torch.float32)
 
 
-def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt) -> tuple:
-    """(E[x~q x~q^T], E[x~f x~q^T], patches) with x~ = [x; 1] per group ([groups, K+1,
-    K+1], float64) over at most POSITIONS patches (and PATCH_VALUES values: a depthwise
-    layer's K x K Grams need fewer) drawn evenly from the calibration set, the same ones
-    for a given set (reproducible); xq are `qt`'s integers."""
+def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Tensor) -> tuple:
+    """(S, X, E[x_q] [groups, K], E[y_f x_q^T] [groups, rows, K], E[y_f] [groups, rows])
+    over the patches x_q of the layer's input in the quantized graph, with y_f = W x_f
+    the float layer's output before its biases and activation (weights w [groups, rows,
+    K]): the float side needs no K x K matrix. S is E[x_q x_q^T] [groups, K,
+    K] and X None, or, from fewer patches than half of K, X the patches themselves
+    [groups, P, K] and S None (both float32, the rest float64). Over at most POSITIONS
+    patches (and PATCH_VALUES values: a depthwise layer's K x K Grams need fewer) drawn
+    evenly from the calibration set, the same ones for a given set (reproducible); xq
+    are `qt`'s integers."""
     out = node.outputs[0]
     per_sample = math.prod(int(d) for d in out.ir_shape[1:-1]) if len(out.ir_shape) > 2 else 1
-    width = node.get_param("group", 1) * node.get_constant("weights").betensor[0].numel()
-    share = min(1.0, min(POSITIONS, PATCH_VALUES // width) / (per_sample * sum(int(f.shape[0]) for f in xf)))
+    width = w.shape[0] * w.shape[-1]
+    sizes = [per_sample * int(f.shape[0]) for f in xf]
+    share = min(1.0, min(POSITIONS, PATCH_VALUES // width) / sum(sizes))
+    low_rank = 2 * sum(math.ceil(n * share) for n in sizes) < w.shape[-1]
     step = max(1, PATCH_BUDGET // width)
     gen = torch.Generator().manual_seed(0)
-    sums, count = None, 0
-    for f, q in zip(xf, xq):
-        n = per_sample * int(f.shape[0])
+    kept, sums, count = [], {}, 0
+    for f, q, n in zip(xf, xq, sizes):
         rows = torch.randperm(n, generator=gen)[:math.ceil(n * share)].sort().values.to(f.device)
         for i in range(0, len(rows), step):
-            pf, pq = patches(node, f, rows[i:i + step]), patches(node, q, rows[i:i + step], qt)
-            parts = (pq.transpose(1, 2) @ pq, pf.transpose(1, 2) @ pq, pq.sum(1), pf.sum(1))
-            sums = [p.double() for p in parts] if sums is None else [s + p.double() for s, p in zip(sums, parts)]
+            pq = patches(node, q, rows[i:i + step], qt)
+            yf = patches(node, f, rows[i:i + step]) @ w.transpose(1, 2)
+            terms = {"mean_q": pq.sum(1).double(), "cross": (yf.transpose(1, 2) @ pq).double(),
+                     "mean_out": yf.sum(1).double()}
+            if low_rank:
+                kept.append(pq)
+            else:
+                terms["gram"] = pq.transpose(1, 2) @ pq
+            for key, value in terms.items():
+                if key in sums:
+                    sums[key] += value
+                else:
+                    sums[key] = value
             count += pq.shape[1]
-    qq, fq, mean_q, mean_f = (s / count for s in sums)
-    return _augmented(qq, mean_q, mean_q), _augmented(fq, mean_f, mean_q), count
-
-
-def _augmented(m: torch.Tensor, column: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
-    """E[a~ b~^T] of a~ = [a; 1], b~ = [b; 1] from E[a b^T], E[a] (column) and E[b] (row)."""
-    one = torch.ones_like(m[:, :1, :1])
-    return torch.cat([torch.cat([m, column.unsqueeze(2)], dim=2), torch.cat([row.unsqueeze(1), one], dim=2)], dim=1)
+    for total in sums.values():
+        total /= count
+    return (None, torch.cat(kept, dim=1)) if low_rank else (sums["gram"], None), sums["mean_q"], sums["cross"], \
+        sums["mean_out"]
 
 
 @dataclass
@@ -167,9 +181,9 @@ class Problem:
     biases (`best_biases`), else the biases stay the float ones."""
     node: object
     weights: torch.Tensor     # W [groups, rows, K], float32
-    H: torch.Tensor           # [groups, K, K], float32
+    H: Optional[torch.Tensor]         # [groups, K, K], float32; None when low_rank gives it
+    low_rank: Optional[torch.Tensor]  # L [groups, K, P] with L L^T = H, from P patches, fewer than K / 2
     C: torch.Tensor           # [groups, rows, K], float32
-    low_rank: Optional[torch.Tensor]  # L [groups, K, r] with L L^T = H, when fewer patches than inputs
     damp: torch.Tensor        # [groups, 1, 1], float32
     scale: object             # the grid's scale and zero point: numbers, or [groups, rows, 1]
     zp: object
@@ -186,25 +200,24 @@ class Problem:
         w = w.reshape(groups, w.shape[0] // groups, -1)
         biases = node.constants["biases"].betensor.detach().to(torch.float32).reshape(groups, -1) \
             if "biases" in node.constants else torch.zeros(w.shape[:2], device=w.device)
-        hqq, hfq, count = grams(node, xf, xq, qt)
-        k = w.shape[-1]
-        a = torch.cat([w, biases.unsqueeze(-1)], dim=-1).double()
-        cross = a @ hfq                                    # E[(W x_f + b) x~q^T]
-        mean_q = hqq[:, :k, k]
-        if free_bias:
-            h = hqq[:, :k, :k] - mean_q.unsqueeze(2) * mean_q.unsqueeze(1)
-            cw = cross[..., :k] - cross[..., k:] * mean_q.unsqueeze(1)
-        else:
-            h = hqq[:, :k, :k]
-            cw = cross[..., :k] - biases.double().unsqueeze(-1) * mean_q.unsqueeze(1)
-        diag = h.diagonal(dim1=1, dim2=2).mean(dim=1)
+        (h, x), mean_q, cross, mean_out = grams(node, xf, xq, qt, w)
+        low_rank = None
+        if x is not None:  # H = X^T X / P, or the centred patches' with the best biases
+            low_rank = ((x - mean_q.unsqueeze(1).float()) if free_bias else x).transpose(1, 2) / math.sqrt(x.shape[1])
+        elif free_bias:  # the covariances (in place: h is K x K)
+            h.baddbmm_(mean_q.unsqueeze(2).float(), mean_q.unsqueeze(1).float(), alpha=-1)
+        cw = cross - mean_out.unsqueeze(2) * mean_q.unsqueeze(1) if free_bias else cross
+        diag = _power(h, low_rank).mean(dim=1)
         lam = damp * torch.where(diag > 0, diag, torch.ones_like(diag))
         grid = QT.weight_grid(node, "weights", axis=0, groups=groups)
-        return cls(node, w, h.to(torch.float32), cw.to(torch.float32), _factor(h) if 2 * count < k else None,
-                   lam.to(torch.float32).reshape(-1, 1, 1),
+        return cls(node, w, h, low_rank, cw.to(torch.float32), lam.reshape(-1, 1, 1),
                    _grouped(grid.scale, w), _grouped(grid.zp, w), grid.qmin, grid.qmax,
                    mean_q.to(torch.float32) if free_bias else None,
-                   cross[..., k].to(torch.float32) if free_bias else None)
+                   (mean_out + biases).to(torch.float32) if free_bias else None)
+
+    def input_power(self) -> torch.Tensor:
+        """H's diagonal [groups, K]: the mean square of each input."""
+        return _power(self.H, self.low_rank)
 
     # ---- the grid ----
     def units(self, w: torch.Tensor) -> torch.Tensor:
@@ -243,11 +256,6 @@ class Problem:
         """The output error of weights w per row [groups, rows] (+ a constant per row)."""
         return (w * self._times_h(w)).sum(-1) - 2 * (w * self.C).sum(-1) + (self.damp * (w - self.weights) ** 2).sum(-1)
 
-    def target(self) -> torch.Tensor:
-        """The float weights of least damped error, before rounding (W when x_q = x_f)."""
-        h = self.H.double() + self.damp.double() * torch.eye(self.H.shape[-1], dtype=torch.float64, device=self.H.device)
-        return torch.linalg.solve(h, (self.C + self.damp * self.weights).double().transpose(1, 2)).transpose(1, 2).to(torch.float32)
-
     # ---- the error ----
     def error(self, w: torch.Tensor) -> torch.Tensor:
         """The output error of weights w (+ a constant)."""
@@ -281,18 +289,13 @@ class Problem:
             b.betensor = biases.detach().reshape(b.betensor.shape).to(b.betensor.dtype)
 
 
+def _power(h: Optional[torch.Tensor], low_rank: Optional[torch.Tensor]) -> torch.Tensor:
+    return h.diagonal(dim1=1, dim2=2) if h is not None else low_rank.pow(2).sum(2)
+
+
 def _grouped(v, w: torch.Tensor):
     """A grid number, or its per-channel tensor as [groups, rows, 1] beside weights w."""
     return v.to(w.device).reshape(w.shape[0], w.shape[1], 1) if isinstance(v, torch.Tensor) else float(v)
-
-
-def _factor(h: torch.Tensor) -> torch.Tensor:
-    """L with L L^T = h, of as few columns as h's rank: a layer with fewer patches than
-    inputs (FullyConnected, one vector per sample) then costs less per product with H."""
-    values, vectors = torch.linalg.eigh(h)
-    values = values.clamp(min=0)
-    keep = values.amax(dim=0) > 1e-10 * values.amax().clamp(min=1e-300)
-    return (vectors[..., keep] * values[:, keep].sqrt().unsqueeze(1)).to(torch.float32)
 
 
 # ---- the layers in order ------------------------------------------------------------
@@ -343,6 +346,7 @@ class LayerData:
                 if choose_range:
                     problem.choose_range()
                 yield problem
+                del problem  # its K x K matrix, before the next layer's is made (callers let go of theirs too)
                 ctx.plan.replan(node.name)
         finally:
             for s in streams:

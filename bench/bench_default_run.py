@@ -1,0 +1,145 @@
+"""Time and peak memory of a default npuopt run against `global_calibration = none`
+and against PyTorch eager's float forward of the same images (issue 23).
+
+    python bench/bench_default_run.py [--models resnet18,efficientnet_lite0,vit_b_16]
+                                      [--calib 4] [--threads 1] [--device cpu]
+
+For each model test's IR (model_tests/<model>/work, exported first when absent, as its
+run.sh does: resnet18 and ViT-B/16 with torchvision's random weights from seed 0,
+EfficientNet-Lite0 pretrained), three jobs run one after another, each in a subprocess
+on --threads threads (OMP_NUM_THREADS):
+- npuopt --cfg on a cfg of the defaults (so `global_calibration = auto`: GPTQ where the
+  weights are per tensor, which the defaults make them) calibrated on the first --calib
+  `calib` sample images, without metric data;
+- the same cfg with `global_calibration = none`;
+- PyTorch eager: the model as npuopt-export builds it, its float forward of the same
+  images (in the batches calibration uses).
+It prints, per job, the wall time of the whole process (start-up and imports too), the
+time npuopt reports for its run (for eager: the forward alone) and the peak resident
+set size (ru_maxrss of the child). The target of issue 23 (acceptance 5): resnet18's
+default run under 20 s and 1.2 GB with 4 images on one thread (it took 134.5 s and
+2.29 GB, GPTQ 131.4 s of it). Needs ../shared beside the checkout and, for Lite0, its
+weight packages.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LABELS = REPO.parent / "shared" / "data" / "imagenet_sample" / "labels.tsv"
+IMAGENET = "123.675,116.28,103.53", "58.395,57.12,57.375"
+MODELS = {  # model test folder: (IR name, npuopt-export's model, preprocessing, image mean, std)
+    "resnet18": ("resnet18", "torchvision:resnet18", "imagenet", *IMAGENET),
+    "efficientnet_lite0": ("lite0", "npuopt_export.models:efficientnet_lite0", "lite", "127", "128"),
+    "vit_b_16": ("vit_b_16", "torchvision:vit_b_16", "imagenet", *IMAGENET),
+}
+BATCH_ONE = {"vit_b_16"}  # the exported ViT runs at batch 1 only (model_tests/vit_b_16/opt.cfg)
+
+
+def ir_of(model: str) -> Path:
+    """The model test's IR, exported first when absent."""
+    name, spec = MODELS[model][:2]
+    prefix = REPO / "model_tests" / model / "work" / name
+    if not prefix.with_suffix(".txt").is_file():
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([sys.executable, "-c", "from npuopt_export.export import main; main()", spec,
+                               "--input-shape", "1,3,224,224", "-o", str(prefix)], cwd=REPO, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"bench_default_run: exporting {model} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return prefix
+
+
+def child(command, threads: int):
+    """(wall seconds, peak resident MB, stdout + stderr) of one subprocess."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, text=True, cwd=REPO)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+        out.seek(0)
+        text = out.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench_default_run: {' '.join(map(str, command[:4]))} failed: {text.strip().splitlines()[-1:]}")
+    return seconds, usage.ru_maxrss / 1024, text
+
+
+def npuopt_job(model: str, args, folder: str, method: str):
+    """(wall s, npuopt's own s, peak MB) of npuopt --cfg with the defaults and `method` (None: the default)."""
+    name, _, _, mean, std = MODELS[model]
+    prefix = ir_of(model)
+    batch = 1 if model in BATCH_ONE else args.calib
+    cfg = Path(folder) / f"{model}_{method or 'default'}.cfg"
+    cfg.write_text(f"""[Common]
+graph = {prefix}.txt
+bin = {prefix}.bin
+model_name = {name}
+output_dir = {folder}/{model}_{method or 'default'}
+dataset = ImageFolderDataset
+image_mean = {mean}
+image_std = {std}
+calibration_data = {LABELS}:calib:{args.calib}
+calibration_batch_size = {batch}
+device = {args.device}
+""" + (f"global_calibration = {method}\n" if method else ""))
+    wall, peak, text = child([sys.executable, "-m", "npuopt", "--cfg", str(cfg)], args.threads)
+    own = re.search(r"npuopt: done in ([0-9.]+) s", text)
+    return wall, float(own.group(1)) if own else float("nan"), peak
+
+
+def eager_job(model: str, args):
+    """(wall s, forward s, peak MB) of PyTorch eager's float forward of the same images."""
+    wall, peak, text = child([sys.executable, __file__, "--eager", model, "--calib", str(args.calib)], args.threads)
+    return wall, float(re.search(r"forward ([0-9.]+) s", text).group(1)), peak
+
+
+def eager_forward(model: str, calib: int) -> None:
+    """In the child: build the model, load the images, print the seconds of their float forward."""
+    import torch
+    from npuopt_export.export import load_model
+    from npuopt_export.export_check import load_images
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    module = load_model(MODELS[model][1])
+    images, _ = load_images(MODELS[model][2], split="calib", limit=calib)
+    batch = 1 if model in BATCH_ONE else calib
+    with torch.no_grad():
+        start = time.perf_counter()
+        for chunk in images.split(batch):
+            module(chunk)
+        print(f"forward {time.perf_counter() - start:.3f} s")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated model tests")
+    p.add_argument("--calib", type=int, default=4, help="calibration images (the first of split calib)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="npuopt's device field")
+    p.add_argument("--eager", help=argparse.SUPPRESS)  # the child that runs PyTorch eager
+    args = p.parse_args()
+    if args.eager:
+        return eager_forward(args.eager, args.calib)
+    if not LABELS.is_file():
+        sys.exit(f"bench_default_run: {LABELS} (../shared beside the checkout) is absent")
+    print(f"{args.calib} calibration images, {args.threads} thread(s), device {args.device}, {os.cpu_count()} CPUs")
+    print("| model | job | wall | own time | peak RSS |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as folder:
+        for model in args.models.split(","):
+            jobs = [("npuopt, default (auto: GPTQ)", npuopt_job(model, args, folder, None)),
+                    ("npuopt, global_calibration = none", npuopt_job(model, args, folder, "none")),
+                    ("PyTorch eager float forward", eager_job(model, args))]
+            for job, (wall, own, peak) in jobs:
+                print(f"| {model} | {job} | {wall:.1f} s | {own:.2f} s | {peak:.0f} MB |", flush=True)
+            (dw, do, dp), (nw, no, np_), (ew, eo, ep) = (figures for _, figures in jobs)
+            print(f"| {model} | default / none | {dw / nw:.2f} | {do / no:.2f} | {dp / np_:.2f} |")
+            print(f"| {model} | default / eager | {dw / ew:.2f} | {do / eo:.1f} | {dp / ep:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
