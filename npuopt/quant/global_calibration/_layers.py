@@ -139,7 +139,8 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
     [groups, P, K] and S None (both float32, the rest float64). Over at most POSITIONS
     patches (and PATCH_VALUES values: a depthwise layer's K x K Grams need fewer) drawn
     evenly from the calibration set, the same ones for a given set (reproducible); xq
-    are `qt`'s integers."""
+    are `qt`'s integers. Patches whose values are not finite are left out, as
+    calibration leaves them out of the statistics."""
     out = node.outputs[0]
     per_sample = math.prod(int(d) for d in out.ir_shape[1:-1]) if len(out.ir_shape) > 2 else 1
     width = w.shape[0] * w.shape[-1]
@@ -154,6 +155,9 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
         for i in range(0, len(rows), step):
             pq = patches(node, q, rows[i:i + step], qt)
             yf = patches(node, f, rows[i:i + step]) @ w.transpose(1, 2)
+            finite = torch.isfinite(yf).all(2).all(0) & torch.isfinite(pq).all(2).all(0)
+            if not bool(finite.all()):  # NaN/Inf the calibration left out of the statistics
+                pq, yf = pq[:, finite], yf[:, finite]
             terms = {"mean_q": pq.sum(1).double(), "cross": (yf.transpose(1, 2) @ pq).double(),
                      "mean_out": yf.sum(1).double()}
             if low_rank:
@@ -166,6 +170,9 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
                 else:
                     sums[key] = value
             count += pq.shape[1]
+    if count == 0:
+        raise QuantizeError(f"layer '{node.name}': no input patch of the calibration data is finite; "
+                            f"its weights cannot be rounded from data")
     for total in sums.values():
         total /= count
     return (None, torch.cat(kept, dim=1)) if low_rank else (sums["gram"], None), sums["mean_q"], sums["cross"], \
