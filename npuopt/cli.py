@@ -10,6 +10,9 @@ import click
 from . import __version__
 from .errors import NpuoptError, one_line
 from .logger import set_verbose
+from .ranks import RankError, Ranks
+
+_job = Ranks()  # this process's place in a data-parallel job (one process: rank 0 of 1)
 
 HELP = """Quantize a float Compass/Zhouyi NPU IR model after training.
 
@@ -31,6 +34,12 @@ appear only when the whole run succeeded, and never over the run's inputs.
 
 Plugins are read from the built-in plugins, ./plugin/, and every folder on
 AIPUPLUGIN_PATH (':'-separated); for one name the highest version wins.
+
+\b
+Data-parallel, on one machine or several (torch.distributed, gloo on CPUs,
+nccl on GPUs): each rank reads its share of the data, the results are those
+of one process, rank 0 writes the files:
+  torchrun --nproc_per_node 2 -m npuopt --cfg opt.cfg
 """
 
 
@@ -53,9 +62,13 @@ def main(cfg_path, overrides, show_fields, show_plugins, verbose):
             _run(cfg_path, overrides)
         elif not (show_fields or show_plugins):
             click.echo(click.get_current_context().get_help())
+    except RankError as e:
+        _fail_with_job(_job.failure_line(str(e)), verbose)
     except NpuoptError as e:
         _fail(str(e), verbose)
     except KeyboardInterrupt as e:
+        if _job.parallel:  # torchrun ends the other ranks once one failed or died
+            _fail_with_job(_job.failure_line(f"interrupted{f' by {e}' if str(e) else ''}"), verbose)
         _fail(f"interrupted{f' by {e}' if str(e) else ''}", verbose)
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
@@ -64,11 +77,30 @@ def main(cfg_path, overrides, show_fields, show_plugins, verbose):
 
 
 def _fail(message: str, verbose: bool) -> None:
+    """This process's error: in a job of several ranks, said by the first rank to fail only
+    (before the ranks joined, by rank 0: they all read the same cfg)."""
+    if _job.parallel:
+        first = _job.record_failure(one_line(message))
+        _fail_with_job(f"rank {_job.rank}: {message}" if first else None, verbose)
+    if os.environ.get("RANK", "0") != "0" and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        _fail_with_job(None, verbose)
     _close_progress_bars()
     if verbose:
         traceback.print_exc()
     click.echo(f"npuopt: error: {one_line(message)}", err=True)
     sys.exit(1)
+
+
+def _fail_with_job(line, verbose: bool) -> None:
+    """End this rank of a failing job: the job's one error line when `line` (the rank
+    that noticed first says it), else quietly (another rank said it)."""
+    _close_progress_bars()
+    if verbose:
+        traceback.print_exc()
+    if line:  # on a line of its own: another rank's progress bar may be halfway through one
+        click.echo(f"\nnpuopt: error: {one_line(line)}", err=True)
+    sys.stderr.flush()
+    os._exit(1)  # not sys.exit: a process group still open would wait for the ranks that are gone
 
 
 def _close_progress_bars() -> None:
@@ -88,7 +120,9 @@ def _close_progress_bars() -> None:
 def _run(cfg_path, overrides) -> None:
     from .config import load_config
     from .errors import ConfigError
-    from .optmaster import OptMaster
+    from . import ranks
+    from .logger import set_quiet
+    from .optmaster import OptMaster, select_device
     from .plugins import load_plugins
 
     load_plugins()  # plugins may register fields the cfg uses
@@ -100,8 +134,14 @@ def _run(cfg_path, overrides) -> None:
         pairs[key.strip()] = value
     cfg = load_config(cfg_path, pairs)
     with _signals_interrupt():
-        report = OptMaster(cfg).run()
-    click.echo(f"npuopt: done in {report['seconds']} s; report: {report['report_file']}")
+        global _job
+        _job = ranks.from_environment(select_device(cfg.device).type)
+        if not _job.main:  # rank 0 says how the job goes
+            set_quiet()
+        report = OptMaster(cfg, _job).run()
+        ranks.close(_job)
+    if _job.main:
+        click.echo(f"npuopt: done in {report['seconds']} s; report: {report['report_file']}")
 
 
 class _signals_interrupt:

@@ -275,15 +275,29 @@ def metric_report(metric) -> str:
         raise PluginError(f"metric '{type(metric).__name__}'.report() failed: {type(e).__name__}: {e}") from None
 
 
+SHUFFLE_SEED = 0  # shuffled data comes in one order, the same in every run and on every rank
+
+
+def batch_indices(length: int, size: int, shuffle: bool = False) -> List[List[int]]:
+    """The samples of each batch of `size` of a dataset of `length`, in order (shuffled
+    with a fixed seed: runs are reproducible and every rank of a job agrees)."""
+    order = torch.randperm(length, generator=torch.Generator().manual_seed(SHUFFLE_SEED)).tolist() \
+        if shuffle else list(range(length))
+    return [order[i:i + size] for i in range(0, length, size)]
+
+
 def batches(dataset, name: str, batch_size: int, workers: int, shuffle: bool = False, collate_fn=None,
-            field: str = None) -> Iterator:
-    """The batches of dataset plugin `name` (read for the cfg field `field`); what its code
+            field: str = None, batch_sampler: List[List[int]] = None) -> Iterator:
+    """The batches of dataset plugin `name` (read for the cfg field `field`): of
+    `batch_size` in order, or the samples of each list of `batch_sampler`. What its code
     raises while loading one (a sys.exit too, in DataLoader workers too) is one DatasetError
     naming the field, a user's plugin file and the dataset."""
     collate_fn = collate_fn or _Collate(name)
     if workers:
         dataset, collate_fn = _ExitRaised(dataset), _ExitRaised(collate_fn)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers, collate_fn=collate_fn)
+    if batch_sampler is None:
+        batch_sampler = batch_indices(len(dataset), batch_size, shuffle)
+    loader = DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, collate_fn=collate_fn)
     try:
         for batch in loader:
             yield batch

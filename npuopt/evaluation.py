@@ -68,17 +68,27 @@ def evaluate(feed, dataset, graphs: List[Tuple[str, object]], report: dict,
              dump: Optional[Callable[[], None]] = None) -> None:
     """Run `graphs` ([("float", g), ("quant", q)], either may be absent) over `dataset`
     and put the figures into `report`; `dump` is called after the float graph's first
-    batch, its tensors kept."""
+    batch, its tensors kept. In a job of several ranks each runs its own batches and
+    every rank folds every batch's outputs in batch order (the metrics, the summaries
+    and the agreement are then one process's); the first batch is rank 0's."""
     cfg = feed.cfg
     outputs = feed.graph.output_tensors
     run = _Pass(graphs, cfg, len(outputs))
     desc = " + ".join({"float": "float", "quant": "quantized"}[k] for k, _ in graphs) + " forward"
-    for batch in feed.batches(dataset, cfg.metric_batch_size, "data", desc=desc):
+    shard = feed.shard(dataset, cfg.metric_batch_size, "data")
+    mine = iter(shard.read(desc))
+
+    def outputs_of(unit: int) -> tuple:
+        nonlocal dump
+        _, batch = next(mine)
         inputs, labels = feed.split(batch)
-        if run.first is None:
+        if unit == 0:
             run.first = [x[:cfg.similarity_data_num] for x in inputs]
-        dump = _one_batch(feed, graphs, run, inputs, labels, dump)
-        run.samples += inputs[0].shape[0]
+        results, dump = _one_batch(feed, graphs, inputs, dump)
+        return results, labels, int(inputs[0].shape[0])
+
+    for results, labels, samples in feed.ranks.in_order(len(shard), outputs_of):
+        _fold(feed.cfg, run, results, labels, samples)
     kinds = [k for k, _ in graphs]
     _metric_figures(run, kinds, report)
     if kinds == ["float", "quant"]:
@@ -89,27 +99,34 @@ def evaluate(feed, dataset, graphs: List[Tuple[str, object]], report: dict,
     report["samples"] = run.samples
 
 
-def _one_batch(feed, graphs, run: _Pass, inputs, labels, dump):
-    """One batch through every graph and its metrics; the dump still to do (None once done)."""
-    float_outputs = None
+def _one_batch(feed, graphs, inputs, dump):
+    """The outputs of one batch through every graph ({kind: outputs}, the quantized ones
+    dequantized), and the dump still to do (None once done)."""
+    results = {}
     for kind, graph in graphs:
         keep = kind == "float" and dump is not None
         outputs = feed.forward(graph, inputs, keep_tensors=keep)
         if keep:
             dump()
             dump = None
+        if kind == "quant":
+            outputs = [dequantized(t, v) for t, v in zip(graph.output_tensors, outputs)]
+        results[kind] = outputs
+    return results, dump
+
+
+def _fold(cfg, run: _Pass, results: Dict[str, list], labels, samples: int) -> None:
+    """One batch's outputs into the metrics, the summaries and the agreement, in batch order."""
+    for kind, outputs in results.items():
         if kind == "float":
             for s, out in zip(run.summaries, outputs):
                 s.add(out)
-            float_outputs = outputs
-        else:
-            outputs = [dequantized(t, v) for t, v in zip(graph.output_tensors, outputs)]
-            if float_outputs is not None:
-                for a, f, q in zip(run.agreement, float_outputs, outputs):
-                    a.add(f, q)
+        elif "float" in results:
+            for a, f, q in zip(run.agreement, results["float"], outputs):
+                a.add(f, q)
         for spec, m in run.metrics[kind]:
-            call_metric(spec, m, outputs, labels, labels_of(feed.cfg, run.samples, run.samples + inputs[0].shape[0]))
-    return dump
+            call_metric(spec, m, outputs, labels, labels_of(cfg, run.samples, run.samples + samples))
+    run.samples += samples
 
 
 def _metric_figures(run: _Pass, kinds: List[str], report: dict) -> None:
@@ -131,6 +148,8 @@ def _comparison(run: _Pass, graphs: Dict[str, object], outputs, report: dict) ->
     report["agreement"] = {t.name: a.fraction() for t, a in zip(outputs, run.agreement)}
     for name, value in report["agreement"].items():
         OPT_INFO(f"output '{name}': top-1 of quantized equals top-1 of float on {value:.2%} of samples")
+    if run.first is None:  # the first batch is rank 0's: the other ranks write no report
+        return
     rows = layer_similarity(graphs["float"], graphs["quant"], run.first)
     report["layer_similarity"] = rows
     for r in rows[:5]:

@@ -1,9 +1,13 @@
 """Batches as the cfg says (without_batch_dim, data_batch_dim): read from a dataset,
-split into graph inputs and labels, and run through a graph in chunks that fit memory."""
+split into graph inputs and labels, shared among the ranks of a job, and run through
+a graph in chunks that fit memory."""
+from typing import Iterator, List, Tuple
+
 import torch
 from tqdm import tqdm
 
-from .data import batches, collate_of, split_batch
+from .data import batch_indices, batches, collate_of, split_batch
+from .ranks import Ranks
 
 FORWARD_BUDGET = 384 << 20  # bytes of working memory one forward of the evaluation may take
 
@@ -11,20 +15,22 @@ FORWARD_BUDGET = 384 << 20  # bytes of working memory one forward of the evaluat
 class Feed:
     """The cfg's batching for one graph's inputs, on one device."""
 
-    def __init__(self, cfg, graph, device: torch.device):
+    def __init__(self, cfg, graph, device: torch.device, ranks: Ranks = None):
         self.cfg, self.graph, self.device = cfg, graph, device
+        self.ranks = ranks or Ranks()
 
     def batch_size(self, size: int) -> int:
         """without_batch_dim: one sample a batch, as the Compass Optimizer does."""
         return 1 if self.cfg.without_batch_dim else size
 
-    def batches(self, dataset, size: int, field: str, shuffle: bool = False, desc: str = None):
-        """The batches of `size` samples (the cfg's batching) of the dataset read for the cfg
-        field `field`, with a progress bar when `desc`."""
-        size = self.batch_size(size)
-        out = batches(dataset, self.cfg.dataset, size, self.cfg.dataloader_workers, shuffle=shuffle,
-                      collate_fn=collate_of(dataset), field=field)
-        return tqdm(out, total=-(-len(dataset) // size), desc=desc, unit="batch") if desc else out
+    def shard(self, dataset, size: int, field: str, shuffle: bool = False, per_sample: bool = False,
+              limit: int = None) -> "Shard":
+        """The dataset's batches of `size` (the first `limit`), or their samples one by one
+        (`per_sample`), as units numbered in order; this rank reads only its own."""
+        units = batch_indices(len(dataset), self.batch_size(size), shuffle)[:limit]
+        if per_sample:
+            units = [[i] for unit in units for i in unit]
+        return Shard(self, dataset, units, field)
 
     def split(self, batch):
         """(graph inputs, labels) of a batch, on the device."""
@@ -50,3 +56,31 @@ class Feed:
                      for i in range(0, batch, chunk)]
             outputs = [torch.cat(p, dim=0) for p in zip(*parts)]
         return [o.unsqueeze(0) for o in outputs] if self.cfg.without_batch_dim else outputs
+
+
+class Shard:
+    """Units of a dataset (lists of its samples) in their order; iterating reads this
+    rank's units only (unit i is rank i mod N's), as (unit number, batch)."""
+
+    def __init__(self, feed: Feed, dataset, units: List[List[int]], field: str):
+        self.feed, self.dataset, self.units, self.field = feed, dataset, units, field
+        self.mine = [u for u in range(len(units)) if feed.ranks.owns(u)]
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def size(self, unit: int) -> int:
+        return len(self.units[unit])
+
+    def graph_inputs(self, batch) -> List[torch.Tensor]:
+        """A batch's graph inputs, on the run's device."""
+        return self.feed.graph_inputs(self.feed.split(batch)[0])
+
+    def read(self, desc: str = None) -> Iterator[Tuple[int, object]]:
+        """(unit, batch) of this rank's units, with a progress bar on rank 0 when `desc`."""
+        cfg = self.feed.cfg
+        loaded = batches(self.dataset, cfg.dataset, 0, cfg.dataloader_workers, collate_fn=collate_of(self.dataset),
+                         field=self.field, batch_sampler=[self.units[u] for u in self.mine])
+        if desc and self.feed.ranks.main:
+            loaded = tqdm(loaded, total=len(self.mine), desc=desc, unit="batch")
+        return zip(self.mine, loaded)

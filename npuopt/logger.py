@@ -17,6 +17,11 @@ def set_verbose(verbose: bool) -> None:
     _logger.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
+def set_quiet() -> None:
+    """Errors only: a rank other than 0 of a data-parallel job, whose rank 0 says the rest."""
+    _logger.setLevel(logging.ERROR)
+
+
 def OPT_DEBUG(msg, *args):
     _logger.debug(msg, *args)
 

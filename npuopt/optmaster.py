@@ -15,7 +15,6 @@ import json
 import os
 import time
 
-import numpy as np
 import torch
 
 from .config import Config
@@ -36,6 +35,7 @@ from .quant.plan import QuantPlan
 from .quant.settings import write_template
 from .quant.statistics import load_statistics_file, save_statistics
 from .quant.unify_scales import unify_scales
+from .ranks import Ranks
 
 
 def select_device(name: str) -> torch.device:
@@ -47,10 +47,15 @@ def select_device(name: str) -> torch.device:
 
 
 class OptMaster:
-    def __init__(self, cfg: Config):
+    """One run; in a job of several ranks (ranks.py), one rank's part; rank 0 writes the files."""
+
+    def __init__(self, cfg: Config, ranks: Ranks = None):
         self.cfg = cfg
+        self.ranks = ranks or Ranks()
         self.device = select_device(cfg.device)
-        self.methods = gc.resolve(cfg.global_calibration)  # the global_calibration spec, resolved once
+        if self.ranks.parallel and self.device.type == "cuda":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.methods = gc.resolve(cfg.global_calibration, self.ranks.world)  # the spec, resolved once
         self.graph = None
         self.original = None  # the float graph as it was before global calibration edited it
         self.qgraph = None
@@ -99,6 +104,7 @@ class OptMaster:
         self.evaluate()
         self.report["seconds"] = round(time.perf_counter() - started, 3)
         self.write_report()
+        self.ranks.barrier()  # every rank got here: rank 0 puts the files in place
         return self.report
 
     # ---- steps 1-2 ---------------------------------------------------------------
@@ -114,7 +120,7 @@ class OptMaster:
         self.graph.to(self.device)
         self.graph.zero_forward(device=self.device)
         OPT_INFO("zero-input forward: every layer ran and every shape matches the IR")
-        self.feed = Feed(self.cfg, self.graph, self.device)
+        self.feed = Feed(self.cfg, self.graph, self.device, self.ranks)
 
     def check_outputs(self) -> None:
         """Every file the run may write, by name and place (npuopt/outputs.py)."""
@@ -186,30 +192,33 @@ class OptMaster:
     def gather_statistics(self, meta: dict):
         cfg = self.cfg
         dataset = make_dataset(cfg.dataset, cfg.calibration_data, field="calibration_data")
-        feed = (self.feed.graph_inputs(self.feed.split(b)[0])
-                for b in self.feed.batches(dataset, cfg.calibration_batch_size, "calibration_data",
-                                           shuffle=cfg.calibration_shuffe, desc="calibration"))
-        stats = LayerCalibrator(self.graph, cfg).run(feed)
+        shard = self.feed.shard(dataset, cfg.calibration_batch_size, "calibration_data",
+                                shuffle=cfg.calibration_shuffe, per_sample=not self.graph.keeps_samples_apart())
+        stats = LayerCalibrator(self.graph, cfg, self.ranks).run(shard)
         OPT_INFO(f"calibration: {len(dataset)} samples, statistics of {len(stats)} tensors")
         meta = {"model": self.model_name, "samples": len(dataset), **meta}
         for what, path, said in (("field 'statistic_file'", cfg.statistic_file, "statistics saved to"),
                                  ("statistic info", cfg.save_statistic_info and self.output_files["statistic info"],
                                   "save_statistic_info: statistics saved to")):
-            if path:
+            if path and self.ranks.main:
                 save_statistics(self.outputs.stage(what, path), stats, meta)
                 OPT_INFO(f"{said} '{path}'")
         return stats
 
     # ---- global calibration (stages 2-3) -------------------------------------------
     def calibration_batches(self):
-        """The calibration set again, batch by batch, as graph inputs (for the methods
-        that need data; a statistic_file alone cannot feed them)."""
+        """The calibration set again, batch by batch, as graph inputs (how the methods
+        that do not run data-parallel read it; a statistic_file alone cannot feed them)."""
+        shard = self.calibration_shard()
+        return (shard.graph_inputs(b) for _, b in shard.read())
+
+    def calibration_shard(self, limit: int = None):
+        """The first `limit` calibration batches (all: None) as a Feed.Shard (this rank reads its own)."""
         cfg = self.cfg
         if not self.has_calibration_data():
             raise ConfigError("field 'global_calibration': its methods need 'dataset' and 'calibration_data'")
         dataset = make_dataset(cfg.dataset, cfg.calibration_data, field="calibration_data")
-        for b in self.feed.batches(dataset, cfg.calibration_batch_size, "calibration_data"):
-            yield self.feed.graph_inputs(self.feed.split(b)[0])
+        return self.feed.shard(dataset, cfg.calibration_batch_size, "calibration_data", limit=limit)
 
     def has_calibration_data(self) -> bool:
         return bool(self.cfg.dataset and self.cfg.calibration_data)
@@ -225,7 +234,8 @@ class OptMaster:
             self.original = copy.deepcopy(self.graph)
         started = time.perf_counter()
         ctx = gc.Context(self.graph, self.calibration_batches, self.plan, self.device,
-                         self.has_calibration_data(), field_of=self.cfg.of)
+                         self.has_calibration_data(), field_of=self.cfg.of, shard=self.calibration_shard,
+                         ranks=self.ranks)
         ran = gc.run_stage(stage, calls, ctx)
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
             self.plan.adopt(node)
@@ -249,11 +259,12 @@ class OptMaster:
         files, stage = self.output_files, self.outputs.stage
         txt, template = files["quantized IR"], files["opt_config template"]
         weights = files["quantized IR weights"]
-        write_graph(self.qgraph, stage("quantized IR", txt), stage("quantized IR weights", weights),
-                    os.path.basename(weights))
-        write_template(stage("opt_config template", template), self.qgraph, self.settings)
-        OPT_INFO(f"quantized IR '{txt}' and per-layer settings template '{template}' written (in place once "
-                 f"the whole run succeeded)")
+        if self.ranks.main:
+            write_graph(self.qgraph, stage("quantized IR", txt), stage("quantized IR weights", weights),
+                        os.path.basename(weights))
+            write_template(stage("opt_config template", template), self.qgraph, self.settings)
+            OPT_INFO(f"quantized IR '{txt}' and per-layer settings template '{template}' written (in place once "
+                     f"the whole run succeeded)")
         self.report["quantized_ir"] = txt
         self.report["opt_template"] = template
         self.report["float_layers"] = sorted(keep)
@@ -272,24 +283,17 @@ class OptMaster:
         if not graphs:
             OPT_INFO("eval_original_model and eval_optimized_model are false (or nothing was quantized): no metrics")
             return
-        evaluate(self.feed, dataset, graphs, self.report, self.dump_tensors if cfg.dump else None)
+        dump = (lambda: self.outputs.dump(original, self.dump_folder)) if cfg.dump and self.ranks.main else None
+        evaluate(self.feed, dataset, graphs, self.report, dump)
 
     @property
     def dump_folder(self) -> str:
         return self.cfg.dump_dir or os.path.join(self.cfg.output_dir, "dump")
 
-    def dump_tensors(self) -> None:
-        folder = self.dump_folder
-        for node in self.graph.nodes:
-            for t in node.outputs:
-                safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in t.name)
-                path = self.outputs.stage("dump", os.path.join(folder, f"{safe}.npy"))
-                np.save(path, t.betensor.detach().cpu().numpy())
-        OPT_INFO(f"dumped every tensor of the first batch into '{folder}'")
-
     def write_report(self) -> None:
         path = self.output_files["report"]
-        with open(self.outputs.stage("report", path), "w", encoding="utf-8") as f:
-            json.dump(self.report, f, indent=2)
+        if self.ranks.main:
+            with open(self.outputs.stage("report", path), "w", encoding="utf-8") as f:
+                json.dump(self.report, f, indent=2)
+            OPT_INFO(f"report written to '{path}'")
         self.report["report_file"] = path
-        OPT_INFO(f"report written to '{path}'")

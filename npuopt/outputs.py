@@ -17,6 +17,8 @@ import secrets
 import tempfile
 from typing import Dict, List, Set
 
+import numpy as np
+
 from .errors import ConfigError
 from .logger import OPT_INFO
 
@@ -92,6 +94,14 @@ class RunOutputs:
             done = "written into" if base == folder else f"created in '{base}'"
             raise ConfigError(f"{what} '{path}' cannot be {done}: {e.strerror or e}") from None
         self.writable.add(folder)
+
+    def dump(self, graph, folder: str) -> None:
+        """Every tensor `graph` holds (the first metric batch, kept) into `folder`, one .npy each."""
+        for node in graph.nodes:
+            for t in node.outputs:
+                safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in t.name)
+                np.save(self.stage("dump", os.path.join(folder, f"{safe}.npy")), t.betensor.detach().cpu().numpy())
+        OPT_INFO(f"dumped every tensor of the first batch into '{folder}'")
 
     def stage(self, what: str, path: str) -> str:
         """The temporary name to write `path` under; it is put in place by commit()."""

@@ -255,21 +255,24 @@ class GlobalCalibrationMethod:
     run: Callable
     doc: str
     edits_float: bool  # whether it changes the float graph (not only the plan): the metrics then need a copy
+    data_parallel: bool = False  # whether it runs in a job of several ranks (reads ctx.shard, not ctx.batches)
 
 
 GLOBAL_CALIBRATIONS: Dict[str, GlobalCalibrationMethod] = {}
 
 
-def global_calibration(name: str, stage: str, edits_float: bool = True):
+def global_calibration(name: str, stage: str, edits_float: bool = True, data_parallel: bool = False):
     """Register a global calibration method `fn(ctx, params)` under `name`, run at
     `stage`; `edits_float=False` says it only plans (roundings, ranges) and leaves the
-    float graph's weights and biases as they are."""
+    float graph's weights and biases as they are; `data_parallel` that it reads the
+    calibration data through `ctx.shard` and folds what each rank's units give in unit
+    order (`ctx.ranks`), so that it may run in a job of several ranks."""
     if stage not in GLOBAL_CALIBRATION_STAGES:
         raise ValueError(f"global calibration '{name}': stage must be one of {GLOBAL_CALIBRATION_STAGES}")
 
     def wrap(fn):
         GLOBAL_CALIBRATIONS[name.lower()] = GlobalCalibrationMethod(
-            name.lower(), stage, fn, (fn.__doc__ or "").strip().split("\n")[0], edits_float)
+            name.lower(), stage, fn, (fn.__doc__ or "").strip().split("\n")[0], edits_float, data_parallel)
         return fn
     return wrap
 

@@ -13,7 +13,7 @@ import torch
 from npuopt.errors import ConfigError
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
-from npuopt.quant.global_calibration import _layers, gptq
+from npuopt.quant.global_calibration import _grams, _layers, gptq
 
 from conftest import output_mse, run_cfg
 
@@ -162,7 +162,7 @@ def test_patches_reproduce_the_layer(model):
         w = node.get_constant("weights").betensor
         w = w.reshape(groups, w.shape[0] // groups, -1)
         x = node.inputs[0].betensor
-        p = _layers.patches(node, x, torch.arange(want.shape[0]))          # [groups, patches, K]
+        p = _grams.patches(node, x, torch.arange(want.shape[0]))          # [groups, patches, K]
         got = (p @ w.transpose(1, 2)).transpose(0, 1).reshape(p.shape[1], -1) + node.get_constant("biases").betensor
         assert torch.allclose(got, want, atol=1e-5), name
 

@@ -31,9 +31,9 @@ def counts(monkeypatch):
         seen["strategy"].append(text)
         return make_strategy(cls, text, *args)
 
-    def counted_resolve(spec):
+    def counted_resolve(spec, ranks=1):
         seen["resolve"] += 1
-        return resolve(spec)
+        return resolve(spec, ranks)
 
     def counted_scope(text):
         seen["scope"] += 1

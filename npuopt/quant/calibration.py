@@ -1,50 +1,102 @@
 """Calibration: every tensor's statistics over the calibration batches (with the cfg's
 per-layer bins, momentum and trimming), and statistics (calibrated or read from a
 statistic_file) attached to the graph."""
-from typing import Dict, Iterable, List
+import math
+from typing import Dict, List
 
 import torch
 
 from ..errors import ConfigError, QuantizeError
 from ..logger import OPT_WARN
 from ..node import PyNode
-from .statistics import Statistics
+from ..ranks import Ranks
+from .statistics import BatchPart, FiniteValues, Statistics
 
 
 class Calibrator:
-    """Statistics of every tensor over the calibration batches."""
+    """Statistics of every tensor over the calibration units (batches, or samples of a
+    graph that runs samples one by one), folded in unit order. In a job of several
+    ranks each runs its units, the ranks at a time running units r, r+1, ... together
+    (a step); after each layer they exchange the extrema of its outputs, which fix the
+    histogram range every unit is counted in, and after the step every rank folds the
+    step's contributions in unit order: the statistics equal one process's."""
 
-    def __init__(self, graph, bins: int, momentum: float):
+    def __init__(self, graph, bins: int, momentum: float, ranks: Ranks = None):
         self.graph = graph
+        self.ranks = ranks or Ranks()
         self.stats: Dict[str, Statistics] = {t.name: Statistics(bins, momentum) for t in graph.tensors}
+        self.producer = {t.name: n.name for n in graph.nodes for t in n.outputs}
         self._warned: List[str] = []  # tensors with NaN/Inf, in the order they were seen
+        self._step = 1                # ranks running a unit in the present step
+        self._parts: Dict[str, BatchPart] = {}
+        self._idle = False            # no unit of this rank in the present step
 
     def observe(self, node: PyNode) -> None:
-        for t in node.outputs:
-            v = t.betensor
-            if not v.is_floating_point():  # integer tensors are qinvariant (PyGraph.mark_integer_tensors)
+        """After `node` ran on this rank's unit (or, with no unit in this step, in its turn)."""
+        values = [None if self._idle or not t.betensor.is_floating_point() else FiniteValues.of(t.betensor)
+                  for t in node.outputs]  # integer tensors are qinvariant (PyGraph.mark_integer_tensors)
+        extrema = torch.tensor([[v.lo, v.hi] if v is not None and v.lo is not None else [math.nan, math.nan]
+                                for v in values], dtype=torch.float64).reshape(len(values), 2)
+        every = self.ranks.all_gather(extrema)
+        for i, (t, v) in enumerate(zip(node.outputs, values)):
+            if v is None:
                 continue
-            s = self.stats[t.name]
-            before = s.nonfinite
-            s.update(v)
-            if s.nonfinite > before and t.name not in self._warned:
-                if not self._warned:
-                    OPT_WARN(f"calibration: tensor '{t.name}' (layer '{node.name}') has NaN/Inf values; "
-                             f"they are left out of its statistics")
-                self._warned.append(t.name)
+            s, span = self.stats[t.name], None
+            for r in range(self.ranks.rank + 1):  # the units before this rank's in the step, then its own
+                lo, hi = (float(e) for e in every[r][i])
+                span = s.hist_range_after(None if math.isnan(lo) else lo, hi, span)
+            self._parts[t.name] = v.part(s.bins, span)
 
-    def run(self, batches: Iterable[List[torch.Tensor]]) -> Dict[str, Statistics]:
-        n = 0
-        for inputs in batches:
-            self.graph.forward(inputs, after_node=self.observe)
-            n += 1
-        if n == 0:
+    def _absent(self) -> None:
+        """Take part in the exchanges of a step in which this rank has no unit."""
+        self._idle = True
+        try:
+            for node in self.graph.nodes:
+                self.observe(node)
+        finally:
+            self._idle = False
+
+    def run(self, shard) -> Dict[str, Statistics]:
+        """Statistics over `shard` (Feed.shard), or over batches of graph inputs in one process."""
+        if not hasattr(shard, "read"):
+            shard = InMemory(list(shard))
+        if len(shard) == 0:
             raise QuantizeError("calibration: the calibration set gave no batch")
+        mine = iter(shard.read("calibration"))
+        for start in range(0, len(shard), self.ranks.world):
+            self._step, self._parts = min(self.ranks.world, len(shard) - start), {}
+            if start + self.ranks.rank < len(shard):
+                _, batch = next(mine)
+                self.graph.forward(shard.graph_inputs(batch), after_node=self.observe)
+            else:
+                self._absent()
+            for parts in self.ranks.in_order(self._step, lambda _: self._parts):
+                self._fold(parts)
         if len(self._warned) > 1:  # one warning, not one per tensor the bad values flow into
             more = self._warned[1:]
             OPT_WARN(f"calibration: NaN/Inf values also reached {len(more)} other tensor(s) "
                      f"({', '.join(more[:3])}{', ...' if len(more) > 3 else ''}); left out of their statistics")
         return self.stats
+
+    def _fold(self, parts: Dict[str, BatchPart]) -> None:
+        for name, part in parts.items():
+            self.stats[name].fold(part)
+            if part.nonfinite and name not in self._warned:
+                if not self._warned:
+                    OPT_WARN(f"calibration: tensor '{name}' (layer '{self.producer[name]}') has NaN/Inf values; "
+                             f"they are left out of its statistics")
+                self._warned.append(name)
+
+
+class InMemory(list):
+    """Batches of graph inputs at hand, as a one-process Feed.Shard."""
+
+    def read(self, _desc: str = None):
+        return enumerate(self)
+
+    @staticmethod
+    def graph_inputs(batch):
+        return batch
 
 
 def attach_statistics(graph, stats: Dict[str, Statistics]) -> None:
@@ -65,8 +117,8 @@ class LayerCalibrator(Calibrator):
     [lo, hi]; second: to the extreme values strictly inside (min(lo, 0), max(hi, 0))),
     while the forward goes on with the tensor unchanged."""
 
-    def __init__(self, graph, cfg):
-        super().__init__(graph, cfg.histc_bins, cfg.running_statistic_momentum)
+    def __init__(self, graph, cfg, ranks: Ranks = None):
+        super().__init__(graph, cfg.histc_bins, cfg.running_statistic_momentum, ranks)
         self.trims = {}
         for node in graph.nodes:
             bins, momentum = cfg.of("histc_bins", node), cfg.of("running_statistic_momentum", node)
@@ -79,6 +131,8 @@ class LayerCalibrator(Calibrator):
     def observe(self, node) -> None:
         trim = self.trims.get(node.name)
         if trim is None:
+            return super().observe(node)
+        if self._idle:
             return super().observe(node)
         kept = [t.betensor for t in node.outputs]
         try:

@@ -5,7 +5,8 @@ told (`nonfinite` counts them) so it can warn, naming the tensor.
 """
 import math
 import os
-from typing import Dict, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -13,6 +14,99 @@ from ..errors import ConfigError
 from . import qmath
 
 SUM_SLICE = 1 << 20  # values summed per float64 slice (8 MiB of scratch)
+
+
+def _widened(cur_lo: float, cur_hi: float, lo: float, hi: float) -> Tuple[float, float]:
+    """The histogram's range [cur_lo, cur_hi] widened to cover [lo, hi]; its width at
+    least doubles, so that widening is rare."""
+    width = cur_hi - cur_lo
+    new_width = max(hi - lo, 2 * width)
+    if lo < cur_lo and hi > cur_hi:
+        new_lo = lo - (new_width - (hi - lo)) / 2
+    elif lo < cur_lo:
+        new_lo = cur_hi - new_width if hi <= cur_hi else lo
+    else:
+        new_lo = cur_lo
+    new_lo = min(new_lo, lo)
+    return new_lo, max(new_lo + new_width, hi)
+
+
+@dataclass
+class BatchPart:
+    """What one batch adds to a tensor's statistics (`Statistics.fold`)."""
+    nonfinite: int
+    lo: object = None          # extrema of its finite values (floats, or tensors per channel); None: none
+    hi: object = None
+    count: int = 0             # finite values, their sums in float64 per slice of SUM_SLICE, their histogram
+    sums: List[float] = field(default_factory=list)
+    squares: List[float] = field(default_factory=list)
+    hist: Optional[torch.Tensor] = None
+    hist_range: Optional[Tuple[float, float]] = None
+
+
+@dataclass
+class FiniteValues:
+    """A batch's finite values (1-D float32; NaN/Inf left out and counted), their extrema
+    `lo`/`hi` (None when there is none), and per channel along `axis` when it is set."""
+    flat: torch.Tensor
+    lo: Optional[float]
+    hi: Optional[float]
+    nonfinite: int = 0
+    channel_lo: Optional[torch.Tensor] = None
+    channel_hi: Optional[torch.Tensor] = None
+
+    @classmethod
+    def of(cls, x: torch.Tensor, axis: Optional[int] = None) -> "FiniteValues":
+        x = x.detach()
+        if not x.is_floating_point():
+            x = x.to(torch.float32)
+        if axis is None and x.numel():
+            # the usual case, in fewer passes: one aminmax gives the extrema and says
+            # whether every value is finite (NaN propagates into it, an Inf is an extremum)
+            lo, hi = (float(v) for v in torch.aminmax(x))
+            if math.isfinite(lo) and math.isfinite(hi):
+                return cls(x.reshape(-1).to(torch.float32), lo, hi)
+        finite = torch.isfinite(x)
+        all_finite = bool(finite.all())
+        flat = (x.reshape(-1) if all_finite else x[finite]).to(torch.float32)
+        found = flat.numel() > 0
+        values = cls(flat, float(flat.min()) if found else None, float(flat.max()) if found else None,
+                     0 if all_finite else int((~finite).sum()))
+        if axis is not None:
+            values.channel_lo, values.channel_hi = _channel_extrema(x, finite, all_finite, axis)
+        return values
+
+    def part(self, bins: int, hist_range: Optional[Tuple[float, float]]) -> BatchPart:
+        """The batch's contribution, its histogram over `hist_range` (Statistics.hist_range_after)."""
+        per_channel = self.channel_lo is not None
+        part = BatchPart(self.nonfinite, self.channel_lo if per_channel else self.lo,
+                         self.channel_hi if per_channel else self.hi)
+        if self.lo is None:
+            return part
+        flat = self.flat
+        part.count = flat.numel()
+        for start in range(0, flat.numel(), SUM_SLICE):  # float64 sums in reused buffers: memory stays small
+            piece = flat[start:start + SUM_SLICE]
+            d = qmath.scratch(piece.shape, torch.float64, flat.device, "statistics").copy_(piece)
+            part.sums.append(float(d.sum()))
+            part.squares.append(float(torch.mul(d, d, out=d).sum()))
+        part.hist = torch.histc(flat, bins, *hist_range).to(torch.float64).cpu()
+        part.hist_range = hist_range
+        return part
+
+
+def _channel_extrema(x: torch.Tensor, finite: torch.Tensor, all_finite: bool, axis: int):
+    """Per-channel extrema along `axis` (float64, on the CPU); 0 for a channel with no finite value."""
+    axis = axis % x.dim()
+    xc = x.movedim(axis, 0).reshape(x.shape[axis], -1).to(torch.float32)
+    if all_finite:
+        return xc.amin(dim=1).double().cpu(), xc.amax(dim=1).double().cpu()
+    fc = finite.movedim(axis, 0).reshape(x.shape[axis], -1)
+    lo = torch.where(fc, xc, torch.full_like(xc, float("inf"))).amin(dim=1)
+    hi = torch.where(fc, xc, torch.full_like(xc, float("-inf"))).amax(dim=1)
+    lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
+    hi = torch.where(torch.isfinite(hi), hi, torch.zeros_like(hi))
+    return lo.double().cpu(), hi.double().cpu()
 
 
 class Statistics:
@@ -39,44 +133,40 @@ class Statistics:
 
     # ---- gathering ---------------------------------------------------------
     def update(self, x: torch.Tensor) -> None:
-        x = x.detach()
-        if not x.is_floating_point():
-            x = x.to(torch.float32)
-        if self.axis is None and x.numel():
-            # the usual case, in fewer passes: one aminmax gives the extrema and says
-            # whether every value is finite (NaN propagates into it, an Inf is an extremum)
-            lo, hi = (float(v) for v in torch.aminmax(x))
-            if math.isfinite(lo) and math.isfinite(hi):
-                self._merge_extrema(lo, hi)
-                self._add_finite(x.reshape(-1).to(torch.float32), lo, hi)
-                return
-        finite = torch.isfinite(x)
-        all_finite = bool(finite.all())
-        if not all_finite:
-            self.nonfinite += int((~finite).sum())
-        if self.axis is not None:
-            self._update_per_channel(x, finite, all_finite)
-            flat = x[finite] if not all_finite else x.reshape(-1)
-        else:
-            flat = x.reshape(-1) if all_finite else x[finite]
-            if flat.numel():
-                self._merge_extrema(float(flat.min()), float(flat.max()))
-        if flat.numel() == 0:
-            return
-        flat = flat.to(torch.float32)
-        self._add_finite(flat, float(flat.min()), float(flat.max()))
+        values = FiniteValues.of(x, self.axis)
+        self.fold(values.part(self.bins, self.hist_range_after(values.lo, values.hi)))
 
-    def _add_finite(self, flat: torch.Tensor, lo: float, hi: float) -> None:
-        """Moments and histogram of finite float32 values `flat` (1-D), lo/hi their extrema.
-        The sums are taken in float64 over slices of SUM_SLICE values in reused buffers:
-        memory stays small whatever the activation and the batch."""
-        self.count += flat.numel()
-        for start in range(0, flat.numel(), SUM_SLICE):
-            part = flat[start:start + SUM_SLICE]
-            d = qmath.scratch(part.shape, torch.float64, flat.device, "statistics").copy_(part)
-            self.sum += float(d.sum())
-            self.sum_sq += float(torch.mul(d, d, out=d).sum())
-        self._update_hist(flat, lo, hi)
+    def hist_range_after(self, lo: Optional[float], hi: Optional[float], current=None) -> Optional[Tuple[float, float]]:
+        """The histogram's range once a batch whose finite values span [lo, hi] (None: it
+        has none) is folded in, from the range `current` (default: the present one)."""
+        if current is None and self.hist is not None:
+            current = (self.hist_lo, self.hist_hi)
+        if lo is None:
+            return current
+        if current is None:
+            return (lo, lo + max(abs(lo), 1.0) * 1e-6) if hi <= lo else (lo, hi)
+        if lo < current[0] or hi > current[1]:
+            return _widened(*current, min(lo, current[0]), max(hi, current[1]))
+        return current
+
+    def fold(self, part: "BatchPart") -> None:
+        """Add what one batch contributes; batches are folded in the order they came (the
+        running means of extrema, the float sums and the histogram's widening depend on it)."""
+        self.nonfinite += part.nonfinite
+        if part.lo is not None:
+            self._merge_extrema(part.lo, part.hi)
+        if not part.count:
+            return
+        self.count += part.count
+        for total, square in zip(part.sums, part.squares):
+            self.sum += total
+            self.sum_sq += square
+        lo, hi = part.hist_range
+        if self.hist is None:
+            self.hist, self.hist_lo, self.hist_hi = torch.zeros(self.bins, dtype=torch.float64), lo, hi
+        elif (lo, hi) != (self.hist_lo, self.hist_hi):
+            self._rebin(lo, hi)
+        self.hist += part.hist
 
     def _merge_extrema(self, lo, hi) -> None:
         if self.min is None:
@@ -91,43 +181,9 @@ class Statistics:
         self.running_min = self.running_min * m + lo * (1 - m)
         self.running_max = self.running_max * m + hi * (1 - m)
 
-    def _update_per_channel(self, x, finite, all_finite) -> None:
-        axis = self.axis % x.dim()
-        xc = x.movedim(axis, 0).reshape(x.shape[axis], -1).to(torch.float32)
-        if not all_finite:
-            fc = finite.movedim(axis, 0).reshape(x.shape[axis], -1)
-            lo = torch.where(fc, xc, torch.full_like(xc, float("inf"))).amin(dim=1)
-            hi = torch.where(fc, xc, torch.full_like(xc, float("-inf"))).amax(dim=1)
-            lo = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
-            hi = torch.where(torch.isfinite(hi), hi, torch.zeros_like(hi))
-        else:
-            lo, hi = xc.amin(dim=1), xc.amax(dim=1)
-        self._merge_extrema(lo.double().cpu(), hi.double().cpu())
-
-    def _update_hist(self, flat: torch.Tensor, lo: float, hi: float) -> None:
-        if self.hist is None:
-            if hi <= lo:
-                hi = lo + max(abs(lo), 1.0) * 1e-6
-            self.hist_lo, self.hist_hi = lo, hi
-            self.hist = torch.zeros(self.bins, dtype=torch.float64)
-        elif lo < self.hist_lo or hi > self.hist_hi:
-            self._rebin(min(lo, self.hist_lo), max(hi, self.hist_hi))
-        h = torch.histc(flat, self.bins, self.hist_lo, self.hist_hi)
-        self.hist += h.to(torch.float64).cpu()
-
-    def _rebin(self, lo: float, hi: float) -> None:
-        """Widen to cover [lo, hi]; the width at least doubles. Each old bin's
-        count goes to the new bin holding its centre."""
+    def _rebin(self, new_lo: float, new_hi: float) -> None:
+        """Each old bin's count goes to the new bin (of [new_lo, new_hi]) holding its centre."""
         width = self.hist_hi - self.hist_lo
-        new_width = max(hi - lo, 2 * width)
-        if lo < self.hist_lo and hi > self.hist_hi:
-            new_lo = lo - (new_width - (hi - lo)) / 2
-        elif lo < self.hist_lo:
-            new_lo = self.hist_hi - new_width if hi <= self.hist_hi else lo
-        else:
-            new_lo = self.hist_lo
-        new_lo = min(new_lo, lo)
-        new_hi = max(new_lo + new_width, hi)
         centres = self.hist_lo + (torch.arange(self.bins, dtype=torch.float64) + 0.5) * width / self.bins
         idx = ((centres - new_lo) / (new_hi - new_lo) * self.bins).floor().clamp(0, self.bins - 1).long()
         new = torch.zeros(self.bins, dtype=torch.float64)

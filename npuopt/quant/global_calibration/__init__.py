@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from ...config import PerLayer, default_of, parse_per_layer
 from ...errors import ConfigError
+from ...ranks import Ranks
 from ...registry import GLOBAL_CALIBRATIONS, GlobalCalibrationMethod, unknown_global_calibrations
 from ...registry import global_calibration  # noqa: F401  (the decorator, as this package's methods import it)
 
@@ -48,9 +49,12 @@ class Context:
     has_data: bool = True
     scope: Optional[Callable[[object], bool]] = None  # the running method's layers (OPT's [types], [(ids)], {regex})
     field_of: Callable[[str, object], object] = lambda name, node: default_of(name)  # a cfg field for a layer (cfg.of)
+    shard: Optional[Callable[[Optional[int]], object]] = None  # the first n calibration batches (all: None) as a
+    #  Feed.Shard, whose units this rank reads: how a method that runs data-parallel (`data_parallel`) reads them
+    ranks: Ranks = dataclasses.field(default_factory=Ranks)
 
     def progress(self, items, desc: str, total: int = None, unit: str = "layer") -> Iterator:
-        return tqdm(items, desc=desc, total=total, unit=unit, leave=False)
+        return tqdm(items, desc=desc, total=total, unit=unit, leave=False, disable=not self.ranks.main)
 
     def in_scope(self, node) -> bool:
         """Whether the running method applies to `node` (every layer when its scope is not given)."""
@@ -95,14 +99,20 @@ class MethodCall:
         return f"{self.method.name}{self.text}"
 
 
-def resolve(spec) -> Tuple[MethodCall, ...]:
+def resolve(spec, ranks: int = 1) -> Tuple[MethodCall, ...]:
     """The cfg's parsed global_calibration [(name, params, text)] resolved once per run:
-    each method found in the registry and its scope made (unknown names refused)."""
+    each method found in the registry and its scope made (unknown names refused, and in
+    a job of several `ranks` the methods that do not run data-parallel)."""
     wrong = unknown_global_calibrations(spec)
     if wrong:
         raise ConfigError(f"field 'global_calibration': {wrong}")
-    return tuple(MethodCall(GLOBAL_CALIBRATIONS[name], tuple(params), scope_of(text), text)
-                 for name, params, text in spec or [])
+    calls = tuple(MethodCall(GLOBAL_CALIBRATIONS[name], tuple(params), scope_of(text), text)
+                  for name, params, text in spec or [])
+    serial = [c.named for c in calls if not c.method.data_parallel]
+    if ranks > 1 and serial:
+        raise ConfigError(f"field 'global_calibration': {', '.join(serial)} cannot run in a job of {ranks} ranks "
+                          f"yet (it reads the whole calibration set in one process); run it without torchrun")
+    return calls
 
 
 def run_stage(stage: str, calls: Tuple[MethodCall, ...], ctx: Context) -> List[str]:

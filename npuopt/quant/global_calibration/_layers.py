@@ -24,16 +24,13 @@ from typing import Iterator, List, Optional
 import torch
 
 from ...errors import ConfigError, QuantizeError
-from ...registry import OP_PATCHES, OpType
+from ...registry import OpType
 from .. import tensors as QT
-from ..compare import dequantized
 from ..settings import settings_of
 from . import one_thread
+from ._grams import Units, grams
 
 TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
-PATCH_BUDGET = 1 << 24   # patch values one Gram product reads at once (64 MB in float32)
-POSITIONS = 1 << 16      # patches a layer's Gram matrices are estimated from, at most
-PATCH_VALUES = 1 << 26   # and values of those patches, at most
 CLIP_RATIOS = torch.linspace(0.5, 1.0, 21)  # shares of the calibrated weight range tried (choose_range)
 
 
@@ -119,66 +116,6 @@ class Stream:
 
 
 # ---- one layer's problem ---------------------------------------------------------------
-def patches(node, x: torch.Tensor, rows: torch.Tensor, qt=None) -> torch.Tensor:
-    """Patches `rows` of the layer's input x as [groups, rows, K] in float32, as its layer
-    type gives them (registry.patches_register); x holds `qt`'s integers when qt is given.
-    Gathered straight from x: a layer's input is far larger than the patches used."""
-    return OP_PATCHES.get(node.type)(node, x, rows, lambda v: _real(v, qt))
-
-
-def _real(v: torch.Tensor, qt) -> torch.Tensor:
-    return (dequantized(qt, v) if qt is not None else v).to(torch.float32)
-
-
-def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Tensor) -> tuple:
-    """(S, X, E[x_q] [groups, K], E[y_f x_q^T] [groups, rows, K], E[y_f] [groups, rows])
-    over the patches x_q of the layer's input in the quantized graph, with y_f = W x_f
-    the float layer's output before its biases and activation (weights w [groups, rows,
-    K]): the float side needs no K x K matrix. S is E[x_q x_q^T] [groups, K,
-    K] and X None, or, from fewer patches than half of K, X the patches themselves
-    [groups, P, K] and S None (both float32, the rest float64). Over at most POSITIONS
-    patches (and PATCH_VALUES values: a depthwise layer's K x K Grams need fewer) drawn
-    evenly from the calibration set, the same ones for a given set (reproducible); xq
-    are `qt`'s integers. Patches whose values are not finite are left out, as
-    calibration leaves them out of the statistics."""
-    out = node.outputs[0]
-    per_sample = math.prod(int(d) for d in out.ir_shape[1:-1]) if len(out.ir_shape) > 2 else 1
-    width = w.shape[0] * w.shape[-1]
-    sizes = [per_sample * int(f.shape[0]) for f in xf]
-    share = min(1.0, min(POSITIONS, PATCH_VALUES // width) / sum(sizes))
-    low_rank = 2 * sum(math.ceil(n * share) for n in sizes) < w.shape[-1]
-    step = max(1, PATCH_BUDGET // width)
-    gen = torch.Generator().manual_seed(0)
-    kept, sums, count = [], {}, 0
-    for f, q, n in zip(xf, xq, sizes):
-        rows = torch.randperm(n, generator=gen)[:math.ceil(n * share)].sort().values.to(f.device)
-        for i in range(0, len(rows), step):
-            pq = patches(node, q, rows[i:i + step], qt)
-            yf = patches(node, f, rows[i:i + step]) @ w.transpose(1, 2)
-            finite = torch.isfinite(yf).all(2).all(0) & torch.isfinite(pq).all(2).all(0)
-            if not bool(finite.all()):  # NaN/Inf the calibration left out of the statistics
-                pq, yf = pq[:, finite], yf[:, finite]
-            terms = {"mean_q": pq.sum(1).double(), "cross": (yf.transpose(1, 2) @ pq).double(),
-                     "mean_out": yf.sum(1).double()}
-            if low_rank:
-                kept.append(pq)
-            else:
-                terms["gram"] = pq.transpose(1, 2) @ pq
-            for key, value in terms.items():
-                if key in sums:
-                    sums[key] += value
-                else:
-                    sums[key] = value
-            count += pq.shape[1]
-    if count == 0:
-        raise QuantizeError(f"layer '{node.name}': no input patch of the calibration data is finite; "
-                            f"its weights cannot be rounded from data")
-    for total in sums.values():
-        total /= count
-    return (None, torch.cat(kept, dim=1)) if low_rank else (sums["gram"], None), sums["mean_q"], sums["cross"], \
-        sums["mean_out"]
-
-
 @dataclass
 class Problem:
     """Choose W~ [groups, rows, K] on the grid to minimize the layer's output error
@@ -200,14 +137,14 @@ class Problem:
     mean_out: Optional[torch.Tensor]
 
     @classmethod
-    def of(cls, node, xf, xq, qt, free_bias: bool, damp: float) -> "Problem":
+    def of(cls, node, xf, xq, qt, free_bias: bool, damp: float, units: Units) -> "Problem":
         c = node.get_constant("weights")
         groups = node.get_param("group", 1)
         w = c.betensor.detach().to(torch.float32)
         w = w.reshape(groups, w.shape[0] // groups, -1)
         biases = node.constants["biases"].betensor.detach().to(torch.float32).reshape(groups, -1) \
             if "biases" in node.constants else torch.zeros(w.shape[:2], device=w.device)
-        (h, x), mean_q, cross, mean_out = grams(node, xf, xq, qt, w)
+        (h, x), mean_q, cross, mean_out = grams(node, xf, xq, qt, w, units)
         low_rank = None
         if x is not None:  # H = X^T X / P, or the centred patches' with the best biases
             low_rank = ((x - mean_q.unsqueeze(1).float()) if free_bias else x).transpose(1, 2) / math.sqrt(x.shape[1])
@@ -319,14 +256,22 @@ class LayerData:
 
     def __init__(self, ctx, batches: int):
         self.ctx = ctx
-        self.data = []
-        for b in ctx.batches():
-            self.data.append([x.to(ctx.device) for x in b])
-            if len(self.data) == batches:
-                break
-        if not self.data:
+        shard = ctx.shard(batches or None)
+        if len(shard) == 0:
             raise QuantizeError("global calibration: the calibration set gave no batch")
-        self.samples = sum(int(b[0].shape[0]) if b[0].dim() else 1 for b in self.data)
+        self.units, self.data = [], []
+        for unit, batch in shard.read():
+            self.units.append(unit)
+            self.data.append([x.to(ctx.device) for x in shard.graph_inputs(batch)])
+        self.count = len(shard)
+        self.samples = sum(shard.size(u) for u in range(len(shard)))
+
+    def elements(self, graph) -> Units:
+        """This rank's elements as a Stream of `graph` holds them: one per batch, or one per
+        sample where the graph runs samples one by one."""
+        split = not graph.keeps_samples_apart()
+        unit_of = [u for u, b in zip(self.units, self.data) for _ in range(int(b[0].shape[0]) if split else 1)]
+        return Units(self.ctx.ranks, self.count, unit_of)
 
     def steps(self, epochs: int, batch_size: int) -> int:
         """OPT's epochs of batches of batch_size samples (0: all) as steps that each see
@@ -342,13 +287,14 @@ class LayerData:
         ctx = self.ctx
         streams = Stream(ctx.graph, self.data, one_thread=True), Stream(ctx.plan.realised(), self.data,
                                                                          one_thread=False)
+        units = self.elements(ctx.graph)
         try:
             for node in ctx.progress(rounded_layers(ctx), desc):
                 fnode, qnode = (s.until(node.name) for s in streams)
                 if qnode is None or not qnode.quantized:
                     continue
                 problem = Problem.of(node, streams[0].inputs(fnode), streams[1].inputs(qnode), qnode.inputs[0],
-                                     free_bias and "biases" in node.constants, damp)
+                                     free_bias and "biases" in node.constants, damp, units)
                 streams[0].until(node.name, through=True)  # the float layer runs before a plan edits it
                 if choose_range:
                     problem.choose_range()

@@ -46,7 +46,7 @@ def learn_weights(problem, steps: int, lr: float) -> torch.Tensor:
     return torch.round(u.detach()).clamp(problem.qmin, problem.qmax)
 
 
-@global_calibration("adaquant_zy", "after_calibration")
+@global_calibration("adaquant_zy", "after_calibration", data_parallel=True)
 def adaquant_zy(ctx, params):
     """AdaQuant: weights learned with the quantizer in the loop, then rounded; biases solved."""
     p = read_params("adaquant_zy", params, PARAMS)

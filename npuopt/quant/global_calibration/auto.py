@@ -29,7 +29,7 @@ def coarse(node) -> bool:
     return not st.quantize_method_for_weight.per_channel or st.weight_bits < 8
 
 
-@global_calibration("auto", "after_calibration", edits_float=False)
+@global_calibration("auto", "after_calibration", edits_float=False, data_parallel=True)
 def auto(ctx, params) -> None:
     """npuopt's default: gptq_zy on the layers whose weights are per tensor or below 8 bits."""
     if params:

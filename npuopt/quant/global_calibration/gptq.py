@@ -156,7 +156,7 @@ def _rows(v):
     return v[..., 0].double() if isinstance(v, torch.Tensor) else v
 
 
-@global_calibration("gptq_zy", "after_calibration", edits_float=False)
+@global_calibration("gptq_zy", "after_calibration", edits_float=False, data_parallel=True)
 def gptq_zy(ctx, params):
     """GPTQ: column-by-column rounding of Convolution/DepthwiseConv/FullyConnected weights with
     error feedback. On one thread: a factor's and a solve's last bits vary with the thread

@@ -1,0 +1,116 @@
+"""The sums `Problem` (_layers.py) is made of: E[x_q x_q^T], E[W x_f x_q^T] and the
+means over patches of a layer's input drawn evenly from the calibration set, made
+per calibration unit and added in unit order, so that a job of several ranks (each
+holding its units, npuopt/ranks.py) gets one process's numbers."""
+import math
+from typing import List
+
+import torch
+
+from ...errors import QuantizeError
+from ...registry import OP_PATCHES
+from ..compare import dequantized
+
+PATCH_BUDGET = 1 << 24   # patch values one Gram product reads at once (64 MB in float32)
+POSITIONS = 1 << 16      # patches a layer's Gram matrices are estimated from, at most
+PATCH_VALUES = 1 << 26   # and values of those patches, at most
+
+
+def patches(node, x: torch.Tensor, rows: torch.Tensor, qt=None) -> torch.Tensor:
+    """Patches `rows` of the layer's input x as [groups, rows, K] in float32, as its layer
+    type gives them (registry.patches_register); x holds `qt`'s integers when qt is given.
+    Gathered straight from x: a layer's input is far larger than the patches used."""
+    return OP_PATCHES.get(node.type)(node, x, rows, lambda v: _real(v, qt))
+
+
+def _real(v: torch.Tensor, qt) -> torch.Tensor:
+    return (dequantized(qt, v) if qt is not None else v).to(torch.float32)
+
+
+def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Tensor, units: "Units") -> tuple:
+    """(S, X, E[x_q] [groups, K], E[y_f x_q^T] [groups, rows, K], E[y_f] [groups, rows])
+    over the patches x_q of the layer's input in the quantized graph, with y_f = W x_f
+    the float layer's output before its biases and activation (weights w [groups, rows,
+    K]): the float side needs no K x K matrix. S is E[x_q x_q^T] [groups, K,
+    K] and X None, or, from fewer patches than half of K, X the patches themselves
+    [groups, P, K] and S None (both float32, the rest float64). Over at most POSITIONS
+    patches (and PATCH_VALUES values: a depthwise layer's K x K Grams need fewer) drawn
+    evenly from the calibration set, the same ones for a given set (reproducible); xq
+    are `qt`'s integers. Patches whose values are not finite are left out, as
+    calibration leaves them out of the statistics. xf and xq hold this rank's elements
+    (`units`); the sums are made per calibration unit and added in unit order, so that
+    they do not depend on the number of ranks."""
+    out = node.outputs[0]
+    per_sample = math.prod(int(d) for d in out.ir_shape[1:-1]) if len(out.ir_shape) > 2 else 1
+    width = w.shape[0] * w.shape[-1]
+    sizes = units.every_size([per_sample * int(f.shape[0]) for f in xf])
+    share = min(1.0, min(POSITIONS, PATCH_VALUES // width) / sum(sizes))
+    low_rank = 2 * sum(math.ceil(n * share) for n in sizes) < w.shape[-1]
+    step = max(1, PATCH_BUDGET // width)
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randperm(n, generator=gen)[:math.ceil(n * share)].sort().values for n in sizes]
+
+    def unit_sums(unit: int) -> tuple:
+        sums, kept, count = {}, [], 0
+        for i in units.elements_of(unit):
+            f, q, chosen = xf[i], xq[i], rows[units.position(i)].to(xf[i].device)
+            for j in range(0, len(chosen), step):
+                pq = patches(node, q, chosen[j:j + step], qt)
+                yf = patches(node, f, chosen[j:j + step]) @ w.transpose(1, 2)
+                finite = torch.isfinite(yf).all(2).all(0) & torch.isfinite(pq).all(2).all(0)
+                if not bool(finite.all()):  # NaN/Inf the calibration left out of the statistics
+                    pq, yf = pq[:, finite], yf[:, finite]
+                terms = {"mean_q": pq.sum(1).double(), "cross": (yf.transpose(1, 2) @ pq).double(),
+                         "mean_out": yf.sum(1).double()}
+                if low_rank:
+                    kept.append(pq)
+                else:
+                    terms["gram"] = pq.transpose(1, 2) @ pq
+                _add(sums, terms)
+                count += pq.shape[1]
+        return sums, kept, count
+
+    sums, kept, count = {}, [], 0
+    for unit_terms, unit_kept, unit_count in units.ranks.in_order(units.count, unit_sums):
+        _add(sums, {key: value.to(w.device) for key, value in unit_terms.items()})
+        kept.extend(p.to(w.device) for p in unit_kept)
+        count += unit_count
+    if count == 0:
+        raise QuantizeError(f"layer '{node.name}': no input patch of the calibration data is finite; "
+                            f"its weights cannot be rounded from data")
+    for total in sums.values():
+        total /= count
+    return (None, torch.cat(kept, dim=1)) if low_rank else (sums["gram"], None), sums["mean_q"], sums["cross"], \
+        sums["mean_out"]
+
+
+def _add(sums: dict, terms: dict) -> None:
+    for key, value in terms.items():
+        if key in sums:
+            sums[key] += value
+        else:
+            sums[key] = value
+
+
+class Units:
+    """Where this rank's calibration elements (the batches a Stream holds, or their samples
+    where the graph runs samples one by one) sit among every rank's: element i of this
+    rank belongs to calibration unit `unit_of[i]`."""
+
+    def __init__(self, ranks, count: int, unit_of: List[int]):
+        self.ranks, self.count, self.unit_of = ranks, count, unit_of
+        self._positions = None
+
+    def elements_of(self, unit: int) -> List[int]:
+        return [i for i, u in enumerate(self.unit_of) if u == unit]
+
+    def every_size(self, sizes: List[int]) -> List[int]:
+        """The sizes of every rank's elements (this rank's: `sizes`), in unit order."""
+        every = sorted((u, r, i, n) for r, (units, local) in enumerate(self.ranks.gather((self.unit_of, sizes)))
+                       for i, (u, n) in enumerate(zip(units, local)))
+        self._positions = {i: k for k, (_, r, i, _) in enumerate(every) if r == self.ranks.rank}
+        return [n for *_, n in every]
+
+    def position(self, i: int) -> int:
+        """Element i of this rank in the order of every rank's elements (after every_size)."""
+        return self._positions[i]
