@@ -35,17 +35,27 @@ class Calibrator:
         """After `node` ran on this rank's unit (or, with no unit in this step, in its turn)."""
         values = [None if self._idle or not t.betensor.is_floating_point() else FiniteValues.of(t.betensor)
                   for t in node.outputs]  # integer tensors are qinvariant (PyGraph.mark_integer_tensors)
+        for t, v, span in zip(node.outputs, values, self._spans(node, values)):
+            if v is not None:
+                self._parts[t.name] = v.part(self.stats[t.name].bins, span)
+
+    def _spans(self, node: PyNode, values: List[FiniteValues]) -> list:
+        """The histogram range each output's values are counted in: the range once the units
+        before this one widened it. In a job the ranks exchange their units' extrema, and
+        the units of the step before this rank's widen it first."""
+        if not self.ranks.parallel:
+            return [v and self.stats[t.name].hist_range_after(v.lo, v.hi) for t, v in zip(node.outputs, values)]
         extrema = torch.tensor([[v.lo, v.hi] if v is not None and v.lo is not None else [math.nan, math.nan]
                                 for v in values], dtype=torch.float64).reshape(len(values), 2)
         every = self.ranks.all_gather(extrema)
-        for i, (t, v) in enumerate(zip(node.outputs, values)):
-            if v is None:
-                continue
-            s, span = self.stats[t.name], None
-            for r in range(self.ranks.rank + 1):  # the units before this rank's in the step, then its own
+        spans = []
+        for i, t in enumerate(node.outputs):
+            span = None
+            for r in range(self.ranks.rank + 1):
                 lo, hi = (float(e) for e in every[r][i])
-                span = s.hist_range_after(None if math.isnan(lo) else lo, hi, span)
-            self._parts[t.name] = v.part(s.bins, span)
+                span = self.stats[t.name].hist_range_after(None if math.isnan(lo) else lo, hi, span)
+            spans.append(span)
+        return spans
 
     def _absent(self) -> None:
         """Take part in the exchanges of a step in which this rank has no unit."""

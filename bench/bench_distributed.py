@@ -1,0 +1,69 @@
+"""A data-parallel run against one process on the EfficientNet-Lite0 model test
+(issue 23, acceptance 1).
+
+    python bench/bench_distributed.py [--ranks 2] [--threads 1] [--methods default,adaround]
+
+For each global calibration setting (`default`: the model test's cfg as it is;
+another name: that `global_calibration`), runs `npuopt --cfg
+model_tests/efficientnet_lite0/opt.cfg` (100 calibration images, 500 val images) as
+one process and as `torchrun --nproc_per_node <ranks>` (gloo), each process on
+--threads threads, one after the other; checks that `_o.txt`, `_o.bin`, the template
+and the report (all but its paths and seconds) are byte-identical; prints the wall
+times and their ratio. Needs ../shared beside the checkout and the Lite0 weight
+packages (the IR is exported first when absent).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_default_run import REPO, child, ir_of
+
+CFG = REPO / "model_tests" / "efficientnet_lite0" / "opt.cfg"
+RUN_ONLY = ("quantized_ir", "opt_template", "seconds")
+
+
+def run(ranks: int, threads: int, out: Path, method: str) -> float:
+    """Wall seconds of one run into `out`."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] \
+        if ranks > 1 else [sys.executable]
+    sets = ["--set", f"output_dir={out}"] + (["--set", f"global_calibration={method}"] if method != "default" else [])
+    wall, _, _ = child([*launcher, "-m", "npuopt", "--cfg", str(CFG), *sets], threads)
+    return wall
+
+
+def differences(one: Path, many: Path) -> list:
+    """What differs between two runs' files (the report without its paths and seconds)."""
+    wrong = [p.name for p in sorted(one.glob("lite0_o*")) + [one / "lite0_opt_template.json"]
+             if p.read_bytes() != (many / p.name).read_bytes()]
+    a, b = (json.loads((d / "lite0_report.json").read_text()) for d in (one, many))
+    wrong += [f"report '{k}'" for k in sorted(set(a) | set(b)) if k not in RUN_ONLY and a.get(k) != b.get(k)]
+    return wrong
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="threads per process (OMP_NUM_THREADS)")
+    p.add_argument("--methods", default="default,adaround", help="comma-separated global_calibration settings")
+    args = p.parse_args()
+    if not (REPO.parent / "shared" / "data" / "imagenet_sample").is_dir():
+        sys.exit("bench_distributed: ../shared/data/imagenet_sample is not beside the checkout")
+    ir_of("efficientnet_lite0")
+    print(f"EfficientNet-Lite0 model test, {args.threads} thread(s) per process, {os.cpu_count()} CPUs")
+    print(f"| global_calibration | 1 process | {args.ranks} ranks | ratio | files and report |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as folder:
+        for method in args.methods.split(","):
+            one, many = Path(folder) / f"{method}_1", Path(folder) / f"{method}_{args.ranks}"
+            t1 = run(1, args.threads, one, method)
+            tn = run(args.ranks, args.threads, many, method)
+            wrong = differences(one, many)
+            print(f"| {method} | {t1:.1f} s | {tn:.1f} s | {tn / t1:.2f} | "
+                  f"{'identical' if not wrong else 'DIFFER: ' + ', '.join(wrong)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
