@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from npuopt.errors import ConfigError
-from npuopt.quant.statistics import Statistics, load_statistics, save_statistics
+from npuopt.quant.statistics import Statistics, histogram, load_statistics, save_statistics
 from npuopt.quant.strategies import calibrate_range, check_strategy, laplace_alpha
 
 torch.manual_seed(0)
@@ -32,6 +32,26 @@ def test_histogram_grows_and_keeps_counts():
     # the mass below 0 is the second batch's
     below = float(s.hist[s.bin_centres() < 0].sum())
     assert below == pytest.approx(1000, abs=20)
+
+
+@pytest.mark.parametrize("bins", [2048, 1000, 7, 513])
+def test_histogram_counts_what_histc_counts(bins):
+    """Random values over six decades, ranges wider than the values, and values on the
+    float32 bin edges themselves: the same counts as torch.histc (the Compass Optimizer's)."""
+    gen = torch.Generator().manual_seed(bins)
+    for trial in range(300):
+        scale = 10.0 ** (trial % 12 - 6)
+        x = torch.randn(int(torch.randint(1, 3000, (), generator=gen)), generator=gen) * scale + scale * (trial % 3)
+        lo, hi = float(x.min()), float(x.max())
+        if trial % 2:
+            lo, hi = lo - scale * 0.7, hi + scale * 0.2
+        hi = hi if hi > lo else lo + max(abs(lo), 1.0) * 1e-6
+        if trial % 4 == 0:
+            edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float32)
+            k = min(x.numel(), bins + 1)
+            x[:k] = edges[torch.randint(0, bins + 1, (k,), generator=gen)]
+        got = histogram(x, bins, lo, hi, float(x.min()), float(x.max()))
+        assert torch.equal(got, torch.histc(x, bins, lo, hi).double()), (trial, lo, hi)
 
 
 def test_per_channel_extrema():

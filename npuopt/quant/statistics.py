@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 from ..errors import ConfigError
@@ -90,9 +91,32 @@ class FiniteValues:
             d = qmath.scratch(piece.shape, torch.float64, flat.device, "statistics").copy_(piece)
             part.sums.append(float(d.sum()))
             part.squares.append(float(torch.mul(d, d, out=d).sum()))
-        part.hist = torch.histc(flat, bins, *hist_range).to(torch.float64).cpu()
+        part.hist = histogram(flat, bins, *hist_range, self.lo, self.hi)
         part.hist_range = hist_range
         return part
+
+
+def histogram(flat: torch.Tensor, bins: int, lo: float, hi: float, low: float, high: float) -> torch.Tensor:
+    """torch.histc(flat, bins, lo, hi) as float64 on the CPU, for finite float32 values
+    `flat` whose extrema `low`/`high` lie in the range. histc (the Compass Optimizer's
+    too) puts x in bin int((x - lo) * bins / (hi - lo)), each step in float32 with lo,
+    hi rounded to float32, and x = hi in the last bin; on the CPU the same float32
+    steps and a bincount, slice by slice in reused buffers, count the same about five
+    times faster (tests/test_calibration.py checks it against histc, values on the bin
+    edges too). Where those conditions do not hold, histc itself."""
+    lo32, hi32 = np.float32(lo), np.float32(hi)
+    width = np.float32(hi32 - lo32)
+    if flat.device.type != "cpu" or flat.dtype != torch.float32 or not (lo32 <= low and high <= hi32) \
+            or not (0 < width < np.inf) or bins >= 1 << 30:
+        return torch.histc(flat, bins, lo, hi).to(torch.float64).cpu()
+    counts = torch.zeros(bins, dtype=torch.int64)
+    for start in range(0, flat.numel(), SUM_SLICE):
+        piece = flat[start:start + SUM_SLICE]
+        steps = torch.sub(piece, float(lo32), out=qmath.scratch(piece.shape, torch.float32, flat.device, "bins"))
+        steps.mul_(float(bins)).div_(float(width))  # >= 0, and at most bins: x <= hi
+        index = qmath.scratch(piece.shape, torch.int32, flat.device, "bin index").copy_(steps)
+        counts += torch.bincount(index.clamp_(max=bins - 1), minlength=bins)
+    return counts.to(torch.float64)
 
 
 def _channel_extrema(x: torch.Tensor, finite: torch.Tensor, all_finite: bool, axis: int):
