@@ -84,23 +84,26 @@ def _fail(message: str, verbose: bool) -> None:
         _fail_with_job(f"rank {_job.rank}: {message}" if first else None, verbose)
     if os.environ.get("RANK", "0") != "0" and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         _fail_with_job(None, verbose)
-    _close_progress_bars()
-    if verbose:
-        traceback.print_exc()
-    click.echo(f"npuopt: error: {one_line(message)}", err=True)
+    _say(message, verbose)
     sys.exit(1)
 
 
 def _fail_with_job(line, verbose: bool) -> None:
     """End this rank of a failing job: the job's one error line when `line` (the rank
     that noticed first says it), else quietly (another rank said it)."""
+    _say(line, verbose, own_line=True)  # another rank's progress bar may be halfway through a line
+    sys.stderr.flush()
+    os._exit(1)  # not sys.exit: a process group still open would wait for the ranks that are gone
+
+
+def _say(line, verbose: bool, own_line: bool = False) -> None:
+    """The error line (none when `line` is None), after the progress bars and the traceback;
+    `own_line`: after a line break."""
     _close_progress_bars()
     if verbose:
         traceback.print_exc()
-    if line:  # on a line of its own: another rank's progress bar may be halfway through one
-        click.echo(f"\nnpuopt: error: {one_line(line)}", err=True)
-    sys.stderr.flush()
-    os._exit(1)  # not sys.exit: a process group still open would wait for the ranks that are gone
+    if line:
+        click.echo(("\n" if own_line else "") + f"npuopt: error: {one_line(line)}", err=True)
 
 
 def _close_progress_bars() -> None:

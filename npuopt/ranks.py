@@ -13,6 +13,7 @@ under torchrun; a rank that dies without a word (killed, out of memory) is found
 by the pid each rank records there. Whichever rank notices first prints the one
 error line (`failure_line`); torchrun then ends the others.
 """
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -55,7 +56,7 @@ class Ranks:
         if not self.parallel:
             return [value]
         parts = [torch.empty_like(value) for _ in range(self.world)]
-        with self._collective():
+        with _collective():
             torch.distributed.all_gather(parts, value)
         return parts
 
@@ -64,7 +65,7 @@ class Ranks:
         if not self.parallel:
             return [value]
         values = [None] * self.world
-        with self._collective():
+        with _collective():
             torch.distributed.all_gather_object(values, _on_cpu(value))
         return values
 
@@ -73,7 +74,7 @@ class Ranks:
         if not self.parallel:
             return value
         box = [_on_cpu(value) if self.rank == source else None]
-        with self._collective():
+        with _collective():
             torch.distributed.broadcast_object_list(box, src=source)
         return box[0]
 
@@ -88,11 +89,8 @@ class Ranks:
     def barrier(self) -> None:
         """Every rank got here: before rank 0 puts the run's files in place."""
         if self.parallel:
-            with self._collective():
+            with _collective():
                 torch.distributed.barrier()
-
-    def _collective(self):
-        return _Collective(self)
 
     # ---- failures --------------------------------------------------------------------
     def record_failure(self, message: str) -> bool:
@@ -138,22 +136,14 @@ class Ranks:
         return None
 
 
-class _Collective:
+@contextlib.contextmanager
+def _collective():
     """A collective whose failure (a rank that died or failed) is a RankError."""
-
-    def __init__(self, ranks: Ranks):
-        self.ranks = ranks
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, _tb):
-        if error is None or isinstance(error, (NpuoptError, KeyboardInterrupt)):
-            return False
-        if isinstance(error, (RuntimeError, pickle.UnpicklingError, ConnectionError)):
-            raise RankError(f"another rank stopped ({type(error).__name__}: {str(error).splitlines()[0][:200]})") \
-                from error
-        return False
+    try:
+        yield
+    except (RuntimeError, pickle.UnpicklingError, ConnectionError) as error:
+        raise RankError(f"another rank stopped ({type(error).__name__}: {str(error).splitlines()[0][:200]})") \
+            from error
 
 
 def _on_cpu(value):

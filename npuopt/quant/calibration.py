@@ -27,7 +27,6 @@ class Calibrator:
         self.stats: Dict[str, Statistics] = {t.name: Statistics(bins, momentum) for t in graph.tensors}
         self.producer = {t.name: n.name for n in graph.nodes for t in n.outputs}
         self._warned: List[str] = []  # tensors with NaN/Inf, in the order they were seen
-        self._step = 1                # ranks running a unit in the present step
         self._parts: Dict[str, BatchPart] = {}
         self._idle = False            # no unit of this rank in the present step
 
@@ -74,13 +73,13 @@ class Calibrator:
             raise QuantizeError("calibration: the calibration set gave no batch")
         mine = iter(shard.read("calibration"))
         for start in range(0, len(shard), self.ranks.world):
-            self._step, self._parts = min(self.ranks.world, len(shard) - start), {}
+            self._parts = {}
             if start + self.ranks.rank < len(shard):
                 _, batch = next(mine)
                 self.graph.forward(shard.graph_inputs(batch), after_node=self.observe)
             else:
                 self._absent()
-            for parts in self.ranks.in_order(self._step, lambda _: self._parts):
+            for parts in self.ranks.in_order(min(self.ranks.world, len(shard) - start), lambda _: self._parts):
                 self._fold(parts)
         if len(self._warned) > 1:  # one warning, not one per tensor the bad values flow into
             more = self._warned[1:]
@@ -140,9 +139,7 @@ class LayerCalibrator(Calibrator):
 
     def observe(self, node) -> None:
         trim = self.trims.get(node.name)
-        if trim is None:
-            return super().observe(node)
-        if self._idle:
+        if trim is None or self._idle:
             return super().observe(node)
         kept = [t.betensor for t in node.outputs]
         try:
