@@ -24,49 +24,14 @@ weight packages.
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-LABELS = REPO.parent / "shared" / "data" / "imagenet_sample" / "labels.tsv"
-IMAGENET = "123.675,116.28,103.53", "58.395,57.12,57.375"
-MODELS = {  # model test folder: (IR name, npuopt-export's model, preprocessing, image mean, std)
-    "resnet18": ("resnet18", "torchvision:resnet18", "imagenet", *IMAGENET),
-    "efficientnet_lite0": ("lite0", "npuopt_export.models:efficientnet_lite0", "lite", "127", "128"),
-    "vit_b_16": ("vit_b_16", "torchvision:vit_b_16", "imagenet", *IMAGENET),
-}
-BATCH_ONE = {"vit_b_16"}  # the exported ViT runs at batch 1 only (model_tests/vit_b_16/opt.cfg)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def ir_of(model: str) -> Path:
-    """The model test's IR, exported first when absent."""
-    name, spec = MODELS[model][:2]
-    prefix = REPO / "model_tests" / model / "work" / name
-    if not prefix.with_suffix(".txt").is_file():
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([sys.executable, "-c", "from npuopt_export.export import main; main()", spec,
-                               "--input-shape", "1,3,224,224", "-o", str(prefix)], cwd=REPO, capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"bench_default_run: exporting {model} failed: {done.stderr.strip().splitlines()[-1:]}")
-    return prefix
-
-
-def child(command, threads: int):
-    """(wall seconds, peak resident MB, stdout + stderr) of one subprocess."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    start = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, text=True, cwd=REPO)
-        _, status, usage = os.wait4(process.pid, 0)
-        seconds = time.perf_counter() - start
-        out.seek(0)
-        text = out.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"bench_default_run: {' '.join(map(str, command[:4]))} failed: {text.strip().splitlines()[-1:]}")
-    return seconds, usage.ru_maxrss / 1024, text
+from model_runs import BATCH_ONE, LABELS, MODELS, child, ir_of  # noqa: E402
 
 
 def npuopt_job(model: str, args, folder: str, method: str):

@@ -27,7 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from model_runs import REPO, child_env, ir_of  # noqa: E402
+
 MODEL_TEST = REPO / "model_tests" / "efficientnet_lite0"
 
 
@@ -40,7 +43,8 @@ def run_once(method, args, folder):
     command += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + args.extra
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(command, cwd=MODEL_TEST, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        child = subprocess.Popen(command, cwd=MODEL_TEST, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                 env=child_env())
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
         err.seek(0)
@@ -62,10 +66,7 @@ def main():
     args = p.parse_args()
     if not (REPO.parent / "shared" / "data" / "imagenet_sample").is_dir():
         sys.exit("bench_global_calibration: ../shared/data/imagenet_sample is not beside the checkout")
-    if not (MODEL_TEST / "work" / "lite0.txt").is_file():
-        subprocess.run([sys.executable, "-c", "from npuopt_export.export import main; main()",
-                        "npuopt_export.models:efficientnet_lite0", "--input-shape", "1,3,224,224",
-                        "-o", str(MODEL_TEST / "work" / "lite0")], check=True)
+    ir_of("efficientnet_lite0")
     print(f"EfficientNet-Lite0, {args.weight_bits}-bit weights {args.weights}, 8-bit per-tensor asymmetric "
           f"activations, {os.cpu_count()} CPUs")
     print("| method | top-1 | agreement | output MSE | method time | run wall | run CPU |")

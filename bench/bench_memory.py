@@ -1,60 +1,68 @@
-"""Peak resident memory and wall time of the EfficientNet-Lite0 model test.
+"""Peak resident memory and wall time of npuopt on a model test.
 
-    python bench/bench_memory.py [--repeat 1] [-- extra npuopt arguments]
+    python bench/bench_memory.py [--model efficientnet_lite0|vit_b_16] [--repeat 1] [-- extra npuopt arguments]
 
-Runs `npuopt --cfg model_tests/efficientnet_lite0/opt.cfg` (100 calibration
-images, 500 val images: calibration, quantization, float and quantized forward,
-per-layer similarity) in a subprocess, exporting the model first if
-model_tests/efficientnet_lite0/work/lite0.txt is absent, and prints the child's
-peak resident set size (ru_maxrss of that process) next to its wall time. The target
-of issue 13 is below 1.2 GB. Needs ../shared beside the checkout and the Lite0
-weight packages.
+Runs `npuopt --cfg model_tests/<model>/opt.cfg` in a subprocess, exporting the model
+first if its IR is absent (bench/model_runs.py), and prints the child's peak resident
+set size (ru_maxrss of that process) next to its wall time.
+
+efficientnet_lite0 (default): the model test as written (100 calibration images, 500 val
+images: calibration, quantization, float and quantized forward, per-layer similarity);
+the target of issue 13 is below 1.2 GB.
+vit_b_16: ViT-B/16 with random weights (346 MB of float weights), 16 calibration images,
+the model test's 8-bit per-channel weights and its default global calibration (which
+leaves such weights with nearest rounding); once without evaluation (`data` empty:
+calibrate, quantize, write) and once with the model test's (16 val images); the target
+of issue 23 (acceptance 4) is below 1.5 GB.
+
+About 500 MB of any run is importing torch with its CUDA libraries. Needs ../shared
+beside the checkout (and the Lite0 weight packages for Lite0).
 """
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-MODEL_TEST = REPO / "model_tests" / "efficientnet_lite0"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from model_runs import LABELS, REPO, child, ir_of  # noqa: E402
+
+VIT_CALIBRATION = f"calibration_data={LABELS}:calib:16"
+# model test -> (title, {variant: npuopt --set fields})
+RUNS = {
+    "efficientnet_lite0": ("EfficientNet-Lite0 model test", {"": []}),
+    "vit_b_16": ("ViT-B/16 (random weights), 16 calibration images, 8-bit per-channel weights",
+                 {"without evaluation": [VIT_CALIBRATION, "data="],
+                  "with evaluation (16 val images)": [VIT_CALIBRATION]}),
+}
 
 
-def run_once(extra):
+def run_once(folder: Path, fields, extra):
     """(wall seconds, peak resident MB, metric lines) of one npuopt run."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen([sys.executable, "-m", "npuopt", "--cfg", str(MODEL_TEST / "opt.cfg"), *extra],
-                                 cwd=MODEL_TEST, stdout=subprocess.DEVNULL, stderr=err, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - start
-        err.seek(0)
-        lines = err.read().splitlines()
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"bench_memory: npuopt failed: {lines[-1] if lines else status}")
-    top1 = [line.split("] ", 1)[1] for line in lines if "TopKMetric:" in line]
-    return seconds, usage.ru_maxrss / 1024, top1
+    sets = [arg for field in fields for arg in ("--set", field)]
+    seconds, peak_mb, text = child([sys.executable, "-m", "npuopt", "--cfg", str(folder / "opt.cfg"), *sets, *extra],
+                                   cwd=folder)
+    return seconds, peak_mb, [line.split("] ", 1)[1] for line in text.splitlines() if "TopKMetric:" in line]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(RUNS), default="efficientnet_lite0", help="the model test to run")
     p.add_argument("--repeat", type=int, default=1, help="runs (the peak is over all of them; time: the best)")
     p.add_argument("extra", nargs="*", help="more npuopt arguments, e.g. --set metric_batch_size=100")
     args = p.parse_args()
-    if not (REPO.parent / "shared" / "data" / "imagenet_sample").is_dir():
-        sys.exit("bench_memory: ../shared/data/imagenet_sample is not beside the checkout")
-    if not (MODEL_TEST / "work" / "lite0.txt").is_file():
-        subprocess.run([sys.executable, "-c", "from npuopt_export.export import main; main()", "npuopt_export.models:efficientnet_lite0",
-                        "--input-shape", "1,3,224,224", "-o", str(MODEL_TEST / "work" / "lite0")], check=True)
-    times, peaks = [], []
-    for _ in range(args.repeat):
-        seconds, peak_mb, top1 = run_once(args.extra)
-        times.append(seconds)
-        peaks.append(peak_mb)
-    print(f"EfficientNet-Lite0 model test: peak resident {max(peaks):.0f} MB, wall time {min(times):.1f} s "
-          f"(best of {len(times)}); {'; '.join(top1)}")
+    if not LABELS.is_file():
+        sys.exit(f"bench_memory: {LABELS} (../shared beside the checkout) is absent")
+    ir_of(args.model)
+    title, variants = RUNS[args.model]
+    folder = REPO / "model_tests" / args.model
+    for variant, fields in variants.items():
+        times, peaks = [], []
+        for _ in range(args.repeat):
+            seconds, peak_mb, top1 = run_once(folder, fields, args.extra)
+            times.append(seconds)
+            peaks.append(peak_mb)
+        print(f"{title}{', ' + variant if variant else ''}: peak resident {max(peaks):.0f} MB, "
+              f"wall time {min(times):.1f} s (best of {len(times)}){''.join('; ' + t for t in top1)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -125,9 +125,11 @@ def _run(cfg_path, overrides) -> None:
     from .errors import ConfigError
     from . import ranks
     from .logger import set_quiet
+    from .memory import map_large_blocks_apart
     from .optmaster import OptMaster, select_device
     from .plugins import load_plugins
 
+    map_large_blocks_apart()
     load_plugins()  # plugins may register fields the cfg uses
     pairs = {}
     for item in overrides:

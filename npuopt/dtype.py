@@ -135,11 +135,14 @@ _TORCH = {
 
 
 def bytes_to_tensor(raw: np.ndarray, dtype: Dtype, shape) -> torch.Tensor:
-    """Turn raw little-endian bytes into a backend tensor of `dtype` and `shape`."""
+    """Turn raw little-endian bytes into a backend tensor of `dtype` and `shape`. A
+    writable `raw` the caller hands over becomes the tensor's memory where the types
+    allow (no second copy of a large model's weights); a read-only one is copied."""
     arr = np.frombuffer(raw, dtype=dtype.numpy_storage).reshape(shape)
     if dtype is Dtype.BFP16:  # reinterpret the bits: a conversion would canonicalize NaN payloads
         return torch.from_numpy(arr.view("<i2").astype(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(arr.astype(arr.dtype.newbyteorder("="), copy=True)).to(dtype.torch_dtype)
+    arr = arr.astype(arr.dtype.newbyteorder("="), copy=not arr.flags.writeable)
+    return torch.from_numpy(arr).to(dtype.torch_dtype)
 
 
 def tensor_to_bytes(value: torch.Tensor, dtype: Dtype) -> bytes:

@@ -22,9 +22,9 @@ PIPELINE, PIPELINE_LINES, STAGE_LINES = "npuopt.optmaster", 300, 40
 # docs/architecture.md's layers, bottom up: a module imports from its own layer or below.
 # A module is in the layer of the longest name here that is it or a package above it.
 LAYERS = [
-    ["npuopt", "npuopt.errors", "npuopt.logger", "npuopt.dtype", "npuopt.outputs", "npuopt.registry", "npuopt.ranks",
-     "npuopt.metric", "npuopt.quant", "npuopt.quant.qmath", "npuopt.quant.statistics", "npuopt.quant.strategies",
-     "npuopt.quant.formats", "npuopt.ir.values"],
+    ["npuopt", "npuopt.errors", "npuopt.logger", "npuopt.dtype", "npuopt.outputs", "npuopt.memory", "npuopt.registry",
+     "npuopt.ranks", "npuopt.metric", "npuopt.quant", "npuopt.quant.qmath", "npuopt.quant.statistics",
+     "npuopt.quant.strategies", "npuopt.quant.formats", "npuopt.ir.values"],
     ["npuopt.cfg_reader", "npuopt.config", "npuopt.quant.settings"],
     ["npuopt.tensor", "npuopt.node", "npuopt.graph", "npuopt.quant.fields"],
     ["npuopt.ir", "npuopt.ir.reader", "npuopt.ir.writer"],

@@ -308,18 +308,20 @@ def _constant_of(key: str, constant_names: List[str]) -> Optional[str]:
 
 
 class _Weights:
-    """The .bin, mapped once; constants are sliced out of the mapping."""
+    """The .bin, open once; each constant is read into memory of its own, which its
+    tensor keeps: a mapping of the file would count its pages again while the
+    constants are copied out of it."""
 
     def __init__(self, bin_path: str, txt_path: str):
         self.path = bin_path
         self.txt_path = txt_path
-        self._map = None
+        self._file = None
         self.size = None
         if os.path.isfile(bin_path):
             self.size = os.path.getsize(bin_path)
             if self.size:
                 try:
-                    self._map = np.memmap(bin_path, dtype=np.uint8, mode="r")
+                    self._file = open(bin_path, "rb")
                 except OSError as e:
                     raise IRError(f"cannot read weights file '{bin_path}': {e.strerror or e}") from None
 
@@ -341,12 +343,27 @@ class _Weights:
         if offset + size > self.size:
             raise IRError(f"{offset_at}: layer '{layer}': constant '{cname}': offset {offset} + size {size} "
                           f"passes the end of '{self.path}' ({self.size} bytes)")
-        raw = self._map[offset: offset + size] if size else np.zeros(0, np.uint8)
-        return PyTensor(cname, bytes_to_tensor(raw, dtype, shape), dtype, shape)
+        return PyTensor(cname, bytes_to_tensor(self._bytes(offset, size), dtype, shape), dtype, shape)
+
+    def _bytes(self, offset: int, size: int) -> np.ndarray:
+        if not size:
+            return np.zeros(0, np.uint8)
+        try:
+            self._file.seek(offset)
+            raw = np.fromfile(self._file, np.uint8, size)
+        except OSError as e:
+            raise IRError(f"cannot read weights file '{self.path}': {e.strerror or e}") from None
+        if raw.size != size:  # the file shrank since its size was taken
+            raise IRError(f"weights file '{self.path}' ends at {offset + raw.size} bytes, before the constants "
+                          f"of '{self.txt_path}' do")
+        return raw
 
     def check_finite(self, c: PyTensor, layer: str) -> None:
         """No NaN or Inf in a float constant: one line naming the .bin, the layer, the constant."""
-        if not c.dtype.is_float:
+        if not c.dtype.is_float or not c.betensor.numel():
+            return
+        lo, hi = torch.aminmax(c.betensor.reshape(-1))  # NaN and Inf show there, without a mask of the weights' size
+        if math.isfinite(float(lo)) and math.isfinite(float(hi)):
             return
         bad = ~torch.isfinite(c.betensor.reshape(-1))
         if bool(bad.any()):
@@ -356,7 +373,8 @@ class _Weights:
                           f"{bad.numel()} values)")
 
     def close(self):
-        self._map = None
+        if self._file is not None:
+            self._file.close()
 
 
 def _check_bottoms(graph: PyGraph, blocks, path: str) -> None:

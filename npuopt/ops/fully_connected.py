@@ -30,11 +30,12 @@ def _check_features(node, x, weights):
 
 
 def _integer_weights(node, absmax: int):
-    """(q_w + zp_w)ᵀ as float32 [in, out] and the accumulator bound, built once per stored weights."""
-    def build():
-        wi = QT.integer_weights(node.get_constant("weights"))
-        return wi.t().to(torch.float32).contiguous(), qmath.l1_bound(wi, absmax)
-    return QT.cached_by_weights(node, "_fc_weights", (absmax,), build)
+    """(q_w + zp_w)ᵀ as float32 [in, out] and the accumulator bound. The bound is kept per
+    stored weights; the matrix is made from the stored integers at each call (a few
+    percent of the product's time): kept beside them it held a large model's weights a
+    second time, in four times their bytes."""
+    w = QT.shifted(node.get_constant("weights"), torch.float32)
+    return w.t(), QT.cached_by_weights(node, "_fc_bound", (absmax,), lambda: qmath.l1_bound(w, absmax))
 
 
 def fully_connected_quantized(self):

@@ -9,6 +9,7 @@ import torch
 
 from ..dtype import Dtype
 from ..logger import OPT_INFO, OPT_WARN
+from ..memory import give_back_freed_memory
 from ..node import PyNode
 from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
@@ -38,7 +39,7 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
     Only when its quantize function changed its inputs' quantization (which the
     layers before it were quantized with) does the build start again on a copy."""
     keep_float = set(keep_float)
-    graph = copy.deepcopy(float_graph)
+    graph = copy.deepcopy(float_graph, kept_tensors(float_graph.nodes))
     _insert_boundaries(graph, keep_float, settings)
     done: Set[str] = set()
     pending = deque(graph.nodes)
@@ -52,6 +53,8 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
         try:
             node.quantize()
             node.quantized = True
+            if node.constants:  # its weights' temporaries are freed
+                give_back_freed_memory()
         except Unsupported as e:
             OPT_WARN(f"{e}; kept in float (mixed precision)")
             keep_float.add(node.name)
@@ -79,7 +82,8 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
         if float_node is None or not node.quantized:
             return None
         inputs = [_quantization(t) for t in node.inputs]
-        fresh = copy.deepcopy(float_node, {id(f): q for f, q in zip(float_node.inputs, node.inputs)})
+        fresh = copy.deepcopy(float_node, {**kept_tensors([float_node]),
+                                           **{id(f): q for f, q in zip(float_node.inputs, node.inputs)}})
         fresh.attrs["qsettings"] = settings[node.name]
         try:
             fresh.quantize()
@@ -97,6 +101,24 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
     return redone
 
 
+def kept_tensors(float_nodes) -> dict:
+    """A deepcopy memo under which a quantized copy of `float_nodes` holds their constants'
+    tensors (and planned roundings) themselves, not copies: npuopt's quantize functions
+    give a constant a new tensor and never write into the one it had (test_memory checks
+    it on every op test), so the float weights are held once and the quantized graph adds
+    only what quantization changed. A plugin's quantize function may write into them: its
+    layer's constants are copied."""
+    memo = {}
+    for node in float_nodes:
+        reg = OP_QUANTIZERS.best(node.type)
+        if reg is not None and not reg.builtin:
+            continue
+        tensors = [c.betensor for c in node.constants.values()]
+        tensors += node.attrs.get("planned_integers", {}).values()
+        memo.update((id(t), t) for t in tensors)
+    return memo
+
+
 def _quantization(t: PyTensor) -> tuple:
     """t's quantization, to tell whether a quantize function changed it."""
     values = (getattr(t, key) for key in QUANTIZATION_FIELDS)
@@ -109,7 +131,7 @@ def _keep_in_float(graph, node, float_node, keep_float: Set[str], settings) -> N
     around it: the Quantize layers it read through and the DeQuantize layers that read
     it are no longer needed, new ones go where it meets quantized layers."""
     keep = {id(t): q for t, q in zip(float_node.inputs, node.inputs)}  # shared with the layers before it
-    fresh = copy.deepcopy(float_node, keep)
+    fresh = copy.deepcopy(float_node, {**kept_tensors([float_node]), **keep})
     graph.nodes[graph.nodes.index(node)] = fresh
     producer = {t.name: n for n in graph.nodes for t in n.outputs}
     fresh.inputs = [producer[t.name].inputs[0] if producer[t.name].type == OpType.Quantize else t
