@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from npuopt.errors import IRError
 from test_ops_float import run
-from test_quantize_ops import batches, check, one_layer
+from test_quantize_ops import batches, check, one_layer, quantize
 
 
 @pytest.fixture(autouse=True)
@@ -18,6 +18,8 @@ def _seed():
     torch.manual_seed(0)
 
 
+CONV_3x3 = dict(kernel_y=3, kernel_x=3, stride_y=1, stride_x=2, pad_top=1, pad_bottom=1, pad_left=0, pad_right=2,
+                dilation_x=1, dilation_y=1)
 AXES = {2: ("y", "x"), 3: ("z", "y", "x")}
 PADS = {2: ("pad_top", "pad_bottom", "pad_left", "pad_right"),
         3: ("pad_z_begin", "pad_z_end", "pad_y_begin", "pad_y_end", "pad_x_begin", "pad_x_end")}
@@ -229,3 +231,39 @@ def test_fusable_activations_still_run(method):
     out = conv2d_layer("ConvTranspose", with_activation=method, clip_min=-0.5, clip_max=0.5,
                        negative_slope_value=0.1)()
     assert out.shape == (1, 5, 5, 6)
+
+
+# ---- the quantized forward by parts of the samples and tiles of the output stage -----------
+@pytest.mark.parametrize("act", ["NONE", "RELU", "RELU6", "CLIP", "LEAKYRELU", "PRELU"])
+@pytest.mark.parametrize("optype,group", [("Convolution", 1), ("DepthwiseConv", 8), ("FullyConnected", 1)])
+def test_quantized_forward_by_parts_and_tiles_is_the_whole_forward(monkeypatch, optype, group, act):
+    """Convolutions run their samples in parts and the output stage in tiles of rows
+    (ops/convolution.py PART_BYTES, ops/_linear.py TILE_ELEMENTS): with parts of 2 samples
+    and tiles of 5 rows (a shorter last one) the integers are those of one pass over all."""
+    import npuopt.ops._linear as linear
+    import npuopt.ops.convolution as convolution
+    params = dict(with_activation=act, negative_slope_value=0.1, clip_min=-0.5, clip_max=1.0, num_output=8)
+    if optype == "FullyConnected":
+        shape, constants = (8,), {"weights": torch.randn(8, 8) * 0.3}
+    else:
+        params.update(CONV_3x3, group=group)
+        shape, constants = (6, 6, 8), {"weights": torch.randn(8, 3, 3, 8 // group) * 0.3}
+    constants["biases"] = torch.randn(8) * 0.2
+    if act == "PRELU":
+        constants["negative_slope"] = torch.rand(8) * 0.3
+    data = batches(shape, n=2, batch=7)
+    qg = quantize(one_layer(optype, [shape], params, constants), data,
+                  quantize_method_for_activation="per_tensor_asymmetric")
+    x = data[-1][0]
+    qx = qg.forward([x], keep_tensors=True) and qg.nodes[-1].inputs[0].betensor.clone()
+    node = qg.node("op")
+
+    def forward():
+        node.inputs[0].betensor = qx
+        return node.forward().clone()
+
+    whole = forward()
+    monkeypatch.setattr(linear, "TILE_ELEMENTS", 5 * 8)
+    monkeypatch.setattr(convolution, "PART_BYTES", 2 * 4 * (qx[:1].numel() + whole[:1].numel()))
+    assert torch.equal(forward(), whole)
+    assert len(set(whole.flatten().tolist())) > 4    # the layer computes something

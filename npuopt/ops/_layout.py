@@ -45,6 +45,19 @@ def pad_nchw(x: torch.Tensor, pads, value=0.0) -> torch.Tensor:
     return torch.nn.functional.pad(x, (left, right, top, bottom), value=value)
 
 
+def padded_nchw(x_nhwc: torch.Tensor, pads, value: float) -> torch.Tensor:
+    """NHWC `x` as float32 NCHW (channels_last memory), H and W padded by (top, bottom,
+    left, right) with `value`: one converting copy into a buffer whose border alone is
+    filled (a float32 copy and then a pad would pass over the whole tensor three times)."""
+    top, bottom, left, right = pads
+    n, h, w, c = x_nhwc.shape
+    buf = torch.empty((n, h + top + bottom, w + left + right, c), dtype=torch.float32, device=x_nhwc.device)
+    for border in (buf[:, :top], buf[:, top + h:], buf[:, top: top + h, :left], buf[:, top: top + h, left + w:]):
+        border.fill_(value)
+    buf[:, top: top + h, left: left + w].copy_(x_nhwc)
+    return nhwc_to_nchw(buf)
+
+
 def along_axis(vec: torch.Tensor, axis: int, ndim: int) -> torch.Tensor:
     """A 1-D per-channel vector viewed so it broadcasts along `axis` of an ndim-D tensor."""
     return vec.reshape((-1,) + (1,) * (ndim - 1 - axis % ndim))

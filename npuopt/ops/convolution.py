@@ -6,6 +6,8 @@ Quantized: acc = sum (q_w + zp_w) * x' + biases, x' the input integers padded
 with -zp_x (the biases hold zp_x * sum(q_w + zp_w), so padding counts as real
 zero), then ops/_linear.py's output stage. Grouped layers get one weight scale
 per group; DepthwiseConv stores its rescale as per-channel constants."""
+import math
+
 import torch
 
 from ..errors import IRError
@@ -13,8 +15,8 @@ from ..quant import qmath
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, patches_register, quant_register
 from ._conv import conv_float, geometry, patches_2d
-from ._layout import nchw_to_nhwc, nhwc_to_nchw, optional_constant, pad_nchw
-from ._linear import linear_output, quantize_linear
+from ._layout import nchw_to_nhwc, optional_constant, padded_nchw
+from ._linear import output_stage, quantize_linear
 from .activation import apply_fused_activation
 
 
@@ -37,13 +39,29 @@ def conv_plan(node, x_t):
         QT.integer_weights(node.get_constant("weights")).permute(0, 3, 1, 2), absmax, device))
 
 
+# float32 bytes of the input and accumulators of one part of a quantized convolution's
+# samples: the part's conversion, product and output stage stay in the CPU's L3 cache (on
+# EfficientNet-Lite0's convolutions, batch 50, 2 threads: 0.69 s, against 1.17 s whole)
+PART_BYTES = 8 << 20
+
+
 def convolution_quantized(node):
+    """By parts of the samples (on CPU), each made float32, convolved and taken through
+    the output stage while it is in cache; the integers are the same for any part size."""
     x_t = node.inputs[0]
-    w = conv_params(node, x_t.betensor, node.get_constant("weights").betensor, optional_constant(node, "biases"))
-    pads = w.pads[0] + w.pads[1]
-    xin = pad_nchw(nhwc_to_nchw(x_t.betensor.to(torch.float32)), pads, value=-float(x_t.zerop))
-    acc = qmath.exact_conv2d(xin, QT.int_absmax(x_t), w.stride, w.dilation, w.group, conv_plan(node, x_t))
-    return linear_output(node, nchw_to_nhwc(acc))
+    x = x_t.betensor
+    w = conv_params(node, x, node.get_constant("weights").betensor, optional_constant(node, "biases"))
+    pads, pad_value, absmax, plan = w.pads[0] + w.pads[1], -float(x_t.zerop), QT.int_absmax(x_t), conv_plan(node, x_t)
+    stage = output_stage(node)
+
+    def part(xs):
+        acc = qmath.exact_conv2d(padded_nchw(xs, pads, pad_value), absmax, w.stride, w.dilation, w.group, plan)
+        return stage(nchw_to_nhwc(acc))
+
+    per_sample = 4 * (x[:1].numel() + math.prod(node.outputs[0].ir_shape[1:]))  # the IR's output: one sample
+    samples = len(x) if x.device.type != "cpu" else max(1, PART_BYTES // max(1, per_sample))
+    y = part(x) if samples >= len(x) else torch.cat([part(x[i: i + samples]) for i in range(0, len(x), samples)])
+    return QT.store_output(node, y, node.outputs[0])
 
 
 @op_register(OpType.Convolution, "1.0")
