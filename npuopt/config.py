@@ -166,22 +166,17 @@ def _multiplier_bits(s):
     return _int_in(2, 15)(s) if s.strip() else 0
 
 
-def _bias_bits_unsupported(bits) -> str:
-    return "" if bits == 32 else f"'{bits}': biases other than 32 bits are not implemented in npuopt yet"
-
-
 def _quant_type_unsupported(q) -> str:
     if q in QUANT_TYPE_BITS or q == "disable":
         return ""
-    why = " (its biases are 48 bits)" if q == "w16a16" else ""
-    return f"quant_type '{q}'{why} is not implemented in npuopt yet; disable and w8a8 are"
+    return f"quant_type '{q}' is not implemented in npuopt yet; disable, w8a8 and w16a16 are"
 
 
 QUANT_TYPES = ("disable", "w8a8", "w16a16", "w4", "w8", "w4afp16", "w8afp16", "w4abfp16", "w8abfp16", "wfp4",
                "wfp4afp16", "wfp4abfp16", "wfp4afp32", "w4afp8e5m2", "w4afp8e4m3", "wfp4afp8e5m2", "wfp4afp8e4m3",
                "wfp8afp8", "wfp8e5m2afp8e5m2", "wfp8e4m3afp8e4m3", "fp16", "bf16", "bfp16")
 # quant_type: (activation_bits, weight_bits, bias_bits, lut_items_in_bits) it sets
-QUANT_TYPE_BITS = {"w8a8": (8, 8, 32, 8)}
+QUANT_TYPE_BITS = {"w8a8": (8, 8, 32, 8), "w16a16": (16, 16, 48, 10)}
 
 
 # ---- global_calibration and mixed_precision_auto_search: OPT's syntax -------------------
@@ -290,9 +285,9 @@ register_field("quantize_method_for_activation", "per_tensor_symmetric_full_rang
 register_field("weight_bits", "8", _int_in(2, 16), "bits of quantized weights", "an integer from 2 to 16", per_layer=True)
 register_field("activation_bits", "8", _int_in(8, 16), "bits of quantized activations", "an integer from 8 to 16", per_layer=True)
 register_field("bias_bits", "32", _int_in(16, 48), "bits of quantized biases", "an integer from 16 to 48",
-               per_layer=True, unsupported=_bias_bits_unsupported)
+               per_layer=True)
 register_field("quant_type", "disable", _choice(*QUANT_TYPES),
-               "sets activation/weight/bias/lut bits at once: w8a8 = 8/8/32/8; disable: the *_bits fields",
+               "sets activation/weight/bias/lut bits at once: w8a8 = 8/8/32/8, w16a16 = 16/16/48/10; disable: the *_bits fields",
                ", ".join(QUANT_TYPES), per_layer=True, unsupported=_quant_type_unsupported)
 register_field("multiplier_bits", "", _multiplier_bits,
                "bits of rescale multipliers; empty: the activation bits (at most 15), as the tool chain does",

@@ -152,8 +152,7 @@ def test_unknown_field_names_the_closest(tmp_path):
     ("calibration_strategy_for_activation", "mean & <[Concat]:aciq_gauss>", "'aciq_gauss' is not implemented"),
     ("calibration_strategy_for_weight", "weighted_scale_param[0.1,0.2,0.3,0.4]", "is not implemented"),
     ("quantize_method_for_weight", "per_block_symmetric_full_range", "per-block quantization is not implemented"),
-    ("bias_bits", "48", "biases other than 32 bits are not implemented"),
-    ("quant_type", "w16a16", "quant_type 'w16a16' (its biases are 48 bits) is not implemented"),
+    ("quant_type", "wfp8afp8", "quant_type 'wfp8afp8' is not implemented"),
     ("trigger_float_op", "float16_act_int_wht", "weight-only quantization"),
     ("unify_scales_for_kvc_concat", "true", "unify_scales_for_kvc_concat is not implemented"),
 ])

@@ -32,3 +32,10 @@ class QuantMethod(SettingValue):
 
     def __getnewargs__(self):
         return (str(self),)
+
+    def to_symmetric(self) -> "QuantMethod":
+        """The symmetric method of the same granularity (restricted range), as the tool
+        chain's QuantMode.to_symmetric names it."""
+        if self.symmetric:
+            return self
+        return QuantMethod(self.split("_asymmetric")[0] + "_symmetric_restricted_range")

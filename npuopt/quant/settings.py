@@ -54,8 +54,11 @@ class QuantSettings:
     def __post_init__(self):
         """Values given as text (by a plugin or a test) are taken apart here; the cfg's
         and the opt_config's arrive parsed and pass as they are."""
+        activation_method = QuantMethod(self.quantize_method_for_activation)
+        if int(self.activation_bits) >= 16:  # the tool chain quantizes 16-bit activations symmetric
+            activation_method = activation_method.to_symmetric()
         typed = {"quantize_method_for_weight": QuantMethod(self.quantize_method_for_weight),
-                 "quantize_method_for_activation": QuantMethod(self.quantize_method_for_activation),
+                 "quantize_method_for_activation": activation_method,
                  "calibration_strategy_for_weight": check_strategy(self.calibration_strategy_for_weight),
                  "calibration_strategy_for_activation": check_strategy(self.calibration_strategy_for_activation),
                  "multiplier_bits": self.multiplier_bits or min(int(self.activation_bits), 15)}
@@ -82,6 +85,14 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
         unmatched = pl.unmatched(graph.nodes)
         if unmatched:
             OPT_WARN(f"cfg field '{key}': per-layer part(s) {', '.join(unmatched)} name no layer of the graph")
+    quant_types = sorted({cfg.of("quant_type", n) for n in graph.nodes} & set(QUANT_TYPE_BITS))
+    for q in quant_types:
+        OPT_INFO(f"quant_type {q}: %d-bit activations, %d-bit weights, %d-bit biases, %d-bit lookup tables on every "
+                 f"layer it is set for (OPT 4.2 resets it per layer and changes nothing)" % QUANT_TYPE_BITS[q])
+    if not QuantMethod(cfg.quantize_method_for_activation).symmetric and any(
+            st.activation_bits >= 16 for st in settings.values()):
+        OPT_INFO(f"16-bit activations are quantized {QuantMethod(cfg.quantize_method_for_activation).to_symmetric()}, "
+                 f"as the tool chain does, not {cfg.quantize_method_for_activation}")
     modes = cfg.per_layer.get("trigger_float_op")
     if modes is not None and any(m != "disable" for m in modes.values()):
         OPT_INFO("trigger_float_op: layers in a float mode are kept in float; npuopt computes and "

@@ -240,19 +240,28 @@ def integer_weights(c: PyTensor) -> torch.Tensor:
     return shifted(c)
 
 
+def bias_dtype(bits: int) -> Dtype:
+    """The tool chain's storage of `bits`-bit biases: int16 up to 16 bits, int32 up to
+    32, int64 beyond (bias_bits goes up to 48, the accumulator's width)."""
+    return Dtype.INT16 if bits <= 16 else Dtype.INT32 if bits <= 32 else Dtype.INT64
+
+
 def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "biases") -> None:
-    """biases -> int32 at `scale` (s_x * s_w, float32 per channel or a number), with the
-    input zero point folded in: b_q + zp_x * sum(q_w + zp_w) over each output channel,
-    which is what the tool chain's forward adds (it pads the input with -zp_x)."""
+    """biases -> integers of the layer's bias_bits at `scale` (s_x * s_w, float32 per
+    channel or a number), with the input zero point folded in: b_q + zp_x * sum(q_w +
+    zp_w) over each output channel, which is what the tool chain's forward adds (it
+    pads the input with -zp_x); clamped to the bits' range before and after the fold."""
     if key not in node.constants:
         return
     c = node.constants[key]
+    bits = settings_of(node).bias_bits
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     s = scale.to(torch.float32) if isinstance(scale, torch.Tensor) else float(scale)
-    b = qmath.quantize(c.betensor.detach().to(torch.float32).cpu(), s, 0, INT32_MIN, INT32_MAX)
+    b = qmath.quantize(c.betensor.detach().to(torch.float32).cpu(), s, 0, lo, hi)
     b = b.to(torch.float64) + float(x_zp) * w_sums.cpu().to(torch.float64)
-    c.betensor = b.clamp_(INT32_MIN, INT32_MAX).to(torch.int32).to(c.betensor.device)
-    c.dtype, c.scale, c.zerop, c.qbits = Dtype.INT32, s, 0, 32
-    c.qmin, c.qmax = Dtype.INT32.qmin, Dtype.INT32.qmax
+    dtype = bias_dtype(bits)
+    c.betensor = b.clamp_(lo, hi).to(dtype.torch_dtype).to(c.betensor.device)
+    c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, s, 0, bits, lo, hi
     c.key_axis = 0 if isinstance(s, torch.Tensor) else None
 
 

@@ -19,8 +19,8 @@ OPT's params: mvn_correction[mode, alpha, beta, gamma, act_bits, wgt_bits, bias_
 lut_bits, multiplier_bits]. Mode 0 (OPT's default, "care more about performance") is
 the range correction above; alpha 0 leaves every range as it is. Mode 1 also raises
 the layers from the ancestor to the norm (widened by beta layers before, gamma after)
-to act_bits activations, wgt_bits weights and 48-bit biases; npuopt's biases are 32
-bits, so mode 1 stops with one line, and beta to multiplier_bits, which only mode 1
+to act_bits activations, wgt_bits weights and bias_bits biases; it is not implemented
+in npuopt yet and stops with one line, and beta to multiplier_bits, which only mode 1
 reads, are checked but unused.
 
 Where npuopt departs from OPT: OPT sets the corrected range to [-r/2, r/2] (signed)

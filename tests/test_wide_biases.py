@@ -1,0 +1,81 @@
+"""Issue 24, 16-bit layers with wide biases: bias_bits from 16 to 48 (stored as int16,
+int32 or int64, as the tool chain stores them), quant_type w16a16 (16/16/48/10 bits) and
+16-bit activations made symmetric as the tool chain makes them. OPT's forward reads
+them as npuopt does: tests/test_conformance.py's `w16a16` setting on every op test and
+parser IR."""
+import logging
+
+import pytest
+import torch
+
+from npuopt.dtype import Dtype
+from npuopt.quant.settings import QuantSettings, layer_settings
+from test_opt_cfg import tiny
+from test_quantize_ops import batches, check, one_layer, quantize
+
+FC = dict(num_output=4, with_activation="NONE")
+
+
+def fc_with_large_biases():
+    """A FullyConnected layer whose biases are large against its small products: at 16-bit
+    activations and weights they pass 2^31 times the accumulator's scale."""
+    torch.manual_seed(0)
+    weights = torch.randn(4, 8) * 6.0
+    return one_layer("FullyConnected", [(8,)], FC, {"weights": weights, "biases": torch.tensor([3e3, -2e3, 1.0, 0.0])})
+
+
+@pytest.mark.parametrize("bits, dtype", [(16, Dtype.INT16), (24, Dtype.INT32), (32, Dtype.INT32), (40, Dtype.INT64),
+                                         (48, Dtype.INT64)])
+def test_biases_take_their_bits_and_the_tool_chains_storage(tmp_path, bits, dtype):
+    qg = quantize(fc_with_large_biases(), batches((8,), lo=-20.0, hi=20.0), activation_bits=16, weight_bits=16,
+                  bias_bits=bits)
+    b = qg.node("op").constants["biases"]
+    assert b.dtype is dtype and b.betensor.dtype == dtype.torch_dtype
+    assert (b.qmin, b.qmax, b.qbits) == (-(1 << (bits - 1)), (1 << (bits - 1)) - 1, bits)
+    assert int(b.betensor.min()) >= b.qmin and int(b.betensor.max()) <= b.qmax
+
+
+def test_48_bit_biases_keep_what_32_bits_clamp(tmp_path):
+    """The same layer at 16/16 bits: with 32-bit biases the large ones saturate and the
+    output is wrong; with 48-bit biases they are held and the output is within an LSB or so
+    (check's bound), written as int64 and read back bit for bit."""
+    data = batches((8,), lo=-20.0, hi=20.0)
+    graph = fc_with_large_biases()
+    qg, *_ = check(graph, data, tmp_path, activation_bits=16, weight_bits=16, bias_bits=48)
+    b = qg.node("op").constants["biases"].betensor
+    assert b.dtype == torch.int64 and int(b.abs().max()) > (1 << 31)
+    with pytest.raises(AssertionError):
+        check(fc_with_large_biases(), data, tmp_path, activation_bits=16, weight_bits=16, bias_bits=32)
+
+
+@pytest.mark.parametrize("method, bits, want", [
+    ("per_tensor_asymmetric", 16, "per_tensor_symmetric_restricted_range"),
+    ("per_channel_asymmetric", 16, "per_channel_symmetric_restricted_range"),
+    ("per_tensor_symmetric_full_range", 16, "per_tensor_symmetric_full_range"),
+    ("per_tensor_asymmetric", 8, "per_tensor_asymmetric"),
+])
+def test_16_bit_activations_are_symmetric_as_in_the_tool_chain(method, bits, want):
+    st = QuantSettings(quantize_method_for_activation=method, activation_bits=bits)
+    assert st.quantize_method_for_activation == want
+
+
+def test_quant_type_w16a16_sets_the_bits_and_says_so(tmp_path):
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger("npuopt")
+    logger.addHandler(handler)
+    try:
+        cfg = tiny(tmp_path, quant_type="w16a16", quantize_method_for_activation="per_tensor_asymmetric")
+        from npuopt.ir import read_graph
+        from npuopt.quant.settings import note_settings
+        graph = read_graph(str(cfg.graph), str(cfg.bin))
+        settings = layer_settings(cfg, graph)
+        note_settings(cfg, graph, settings)
+    finally:
+        logger.removeHandler(handler)
+    st = next(iter(settings.values()))
+    assert (st.activation_bits, st.weight_bits, st.bias_bits, st.lut_items_in_bits) == (16, 16, 48, 10)
+    assert st.quantize_method_for_activation == "per_tensor_symmetric_restricted_range"
+    assert sum("quant_type w16a16: 16-bit activations, 16-bit weights, 48-bit biases" in m for m in seen) == 1
+    assert sum("16-bit activations are quantized per_tensor_symmetric_restricted_range" in m for m in seen) == 1
