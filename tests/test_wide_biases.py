@@ -79,3 +79,19 @@ def test_quant_type_w16a16_sets_the_bits_and_says_so(tmp_path):
     assert st.quantize_method_for_activation == "per_tensor_symmetric_restricted_range"
     assert sum("quant_type w16a16: 16-bit activations, 16-bit weights, 48-bit biases" in m for m in seen) == 1
     assert sum("16-bit activations are quantized per_tensor_symmetric_restricted_range" in m for m in seen) == 1
+
+
+def test_an_all_zero_channel_does_not_take_the_others_multipliers(tmp_path):
+    """Per-channel 16-bit weights with one all-zero channel, shifts unified: the tool chain's
+    scale 1 for the empty channel made its rescale ratio dominate and the other channels'
+    multipliers round to 0; it takes the median range of the others instead."""
+    torch.manual_seed(0)
+    weights = torch.randn(6, 8) * 0.05
+    weights[2] = 0.0
+    graph = one_layer("FullyConnected", [(8,)], dict(FC, num_output=6), {"weights": weights, "biases": torch.randn(6)})
+    qg, *_ = check(graph, batches((8,)), tmp_path, tol_lsb=4.0, activation_bits=16, weight_bits=16, bias_bits=48,
+                   quantize_method_for_weight="per_channel_symmetric_restricted_range")
+    node = qg.node("op")
+    assert int(node.constants["scale"].betensor.min()) > 1000      # every channel keeps a precise multiplier
+    w_scale, others = node.constants["weights"].scale, node.constants["weights"].scale[[0, 1, 3, 4, 5]]
+    assert float(others.min()) <= float(w_scale[2]) <= float(others.max())

@@ -162,8 +162,21 @@ def weight_range(node, key: str = "weights", axis: int = 0, groups: int = 1) -> 
         lo = lo.reshape(groups, size).min(dim=1).values.repeat_interleave(size)
         hi = hi.reshape(groups, size).max(dim=1).values.repeat_interleave(size)
     if isinstance(lo, torch.Tensor):
-        return lo.clamp(max=0.0), hi.clamp(min=0.0)
+        return _zero_channels_typical(lo.clamp(max=0.0), hi.clamp(min=0.0))
     return min(lo, 0.0), max(hi, 0.0)
+
+
+def _zero_channels_typical(lo: torch.Tensor, hi: torch.Tensor) -> tuple:
+    """Channels whose weights are all zero take the median range of the others. Any
+    grid holds their zeros; the tool chain's scale 1 for an empty range gives such a
+    channel a rescale ratio far above the others', and under the one shift of
+    unify_shifts_for_aiff the others' multipliers then round to 0 (16-bit EfficientNet-Lite0:
+    19 of a depthwise layer's 32 channels constant, top-1 0.000)."""
+    empty = (lo == 0) & (hi == 0)
+    if bool(empty.any()) and not bool(empty.all()):
+        lo, hi = lo.clone(), hi.clone()
+        lo[empty], hi[empty] = lo[~empty].median(), hi[~empty].median()
+    return lo, hi
 
 
 def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1, rng: tuple = None) -> WeightGrid:
