@@ -95,3 +95,37 @@ def test_an_all_zero_channel_does_not_take_the_others_multipliers(tmp_path):
     assert int(node.constants["scale"].betensor.min()) > 1000      # every channel keeps a precise multiplier
     w_scale, others = node.constants["weights"].scale, node.constants["weights"].scale[[0, 1, 3, 4, 5]]
     assert float(others.min()) <= float(w_scale[2]) <= float(others.max())
+
+
+# ---- remain_shift: the accumulator shifted to 32 bits ahead of the rescale ---------------
+def test_remain_shift_shifts_a_wide_layers_accumulator_ahead(tmp_path):
+    """16-bit FullyConnected with remain_shift: the param is written, the rescale as
+    constants; the integer output is the hand computation of the chip's ahead shift
+    (acc -> round(acc / 2^d), biases -> floor(biases / 2^d), both int32, then the rescale
+    with shift remain_shift), which a small remain_shift makes differ from the rescale of
+    the whole accumulator; an 8-bit layer gets no remain_shift."""
+    data = batches((8,), lo=-20.0, hi=20.0)
+    qg = quantize(fc_with_large_biases(), data, activation_bits=16, weight_bits=16, bias_bits=48,
+                  cfg_attrs={"remain_shift": 6})
+    node = qg.node("op")
+    assert node.params["remain_shift"] == 6 and "shift" in node.constants and "shift_value" not in node.params
+    m = node.constants["scale"].betensor.to(torch.float64)
+    s = int(node.constants["shift"].betensor.reshape(-1)[0])
+    d = s - 6
+    assert d > 0
+    x = data[-1][0]
+    got = qg.forward([x])[0].to(torch.float64)
+    q_x = qg.nodes[0].outputs[0]
+    qx = torch.clamp(torch.round(x * q_x.scale), q_x.qmin, q_x.qmax).to(torch.float64)
+    acc = qx @ node.constants["weights"].betensor.to(torch.float64).T
+    b = node.constants["biases"].betensor.to(torch.float64)
+    out = node.outputs[0]
+
+    def output(z, shift):
+        return torch.clamp(torch.round(z * m * 2.0 ** -shift) - out.zerop, out.qmin, out.qmax)
+
+    int32 = (-2 ** 31, 2 ** 31 - 1)
+    want = output(torch.clamp(torch.round(acc * 2.0 ** -d), *int32) + torch.clamp(torch.floor(b * 2.0 ** -d), *int32), 6)
+    assert torch.equal(got, want)
+    assert not torch.equal(want, output(acc + b, s))
+    assert "remain_shift" not in quantize(fc_with_large_biases(), data, cfg_attrs={"remain_shift": 6}).node("op").params

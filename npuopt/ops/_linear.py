@@ -3,10 +3,18 @@
 integer forward's end (accumulator + biases -> fused activation -> output).
 
 Quantized form (the tool chain's): weights q_w (with `weights_zp` when
-asymmetric), biases int32 with the input zero point folded in
+asymmetric), biases of bias_bits with the input zero point folded in
 (b_q + zp_x * sum(q_w + zp_w)), the rescale s_y / (s_x * s_w) as multiplier and
 shift (per channel: `scale`/`shift` constants with one common shift), then the
 fused activation of ops/activation.py.
+
+With `remain_shift` (cfg field, written where the layer's input or weights are wider
+than 8 bits) the accumulator is first brought to 32 bits as the chip's AIFF does: with
+d = shift - remain_shift > 0, acc -> clamp(round(acc * 2^-d)) and biases -> clamp(floor(
+biases * 2^-d)) (int32), added, then rescaled with the multiplier and the shift
+remain_shift; with d <= 0 acc is clamped to int32 and the shift kept. The tool chain
+takes the first channel's shift for every channel, and a convolution's biases
+through float32 first (FullyConnected's in float64).
 
 The tool chain fuses only NONE, RELU, RELU6, CLIP, LEAKYRELU and PRELU into these
 layers (any other `with_activation` stops its float forward and its quantize). npuopt's
@@ -14,9 +22,11 @@ float forward computes every method; the stage-1 pass split_activation moves the
 others into an Activation layer of their own before quantization."""
 import torch
 
+from ..quant import qmath
 from ..quant import tensors as QT
-from ..quant.fields import Rescale
+from ..quant.fields import Rescale, remain_shift, write_remain_shift
 from ..quant.settings import settings_of
+from ..registry import OpType
 from .activation import fused_forward, fused_method, quantize_fused
 
 
@@ -24,7 +34,8 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
     """Quantize a layer y = act(x * W + b) with weights [out, ...] (output channel
     first). Grouped layers get one weight scale per group even when the weights are
     quantized per tensor (as the tool chain does); `per_channel_constants` stores a
-    per-tensor rescale as per-channel constants too (DepthwiseConv's form)."""
+    per-tensor rescale as per-channel constants too (DepthwiseConv's form, and every layer
+    shifted ahead)."""
     QT.check_quantized_inputs(node)
     x, out = node.inputs[0], node.outputs[0]
     st = settings_of(node)
@@ -34,7 +45,11 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
     ratio = out.scale / (x.scale * w_scale) if not isinstance(w_scale, torch.Tensor) else \
         torch.tensor(out.scale, dtype=torch.float32) / (torch.tensor(x.scale, dtype=torch.float32) * w_scale)
     rescale = Rescale.from_ratio(ratio, st.multiplier_bits, unify_shifts=st.unify_shifts_for_aiff)
-    if per_channel_constants and not rescale.per_channel:
+    remain = st.cfg_attrs.get("remain_shift", "")
+    ahead = remain != "" and shifts_ahead(node)
+    # an ahead-shifted layer's rescale as constants: the tool chain's forward replaces the
+    # `shift` constant by remain_shift, and its fused RELU/CLIP/... read `shift_value` first
+    if (per_channel_constants or ahead) and not rescale.per_channel:
         n = w.ir_shape[0]
         rescale = Rescale(torch.full((n,), rescale.multiplier), torch.full((n,), rescale.shift),
                           rescale.multiplier_type, rescale.shift_type)
@@ -44,6 +59,19 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
         else float(torch.tensor(x.scale, dtype=torch.float32) * torch.tensor(w_scale, dtype=torch.float32))
     QT.quantize_biases(node, b_scale, w_sums, int(x.zerop))
     quantize_fused(node, out)
+    write_remain_shift(node, remain if ahead else None)
+
+
+# the layers the tool chain shifts ahead (Convolution3D's, too, sums in float32), and the
+# float type their biases pass through on the way
+AHEAD_SHIFT_BIASES = {OpType.Convolution: torch.float32, OpType.DepthwiseConv: torch.float32,
+                      OpType.Convolution3D: torch.float32, OpType.FullyConnected: torch.float64}
+
+
+def shifts_ahead(node) -> bool:
+    """Whether the ahead shift applies: one of those layers, its input or weights wider than 8 bits."""
+    return node.type in AHEAD_SHIFT_BIASES and (node.inputs[0].dtype.bits > 8 or
+                                                node.get_constant("weights").dtype.bits > 8)
 
 
 # float64 elements of one tile of the output stage: 4 MiB, within the CPU's L3 cache (on the
@@ -69,8 +97,21 @@ def output_stage(node):
     biases = QT.shifted(node.constants["biases"]).reshape(-1) if "biases" in node.constants else None
     rescale = Rescale.read(node)
     prelu_slopes = node.get_constant("negative_slope").betensor.numel() if fused_method(node) == "PRELU" else None
+    remain = remain_shift(node) if shifts_ahead(node) else None
+    ahead = 0
+    if remain is not None:
+        origin = int(torch.as_tensor(rescale.shift).reshape(-1)[0])
+        ahead = origin - remain
+        if biases is not None:
+            biases = biases.to(AHEAD_SHIFT_BIASES[node.type]).to(torch.float64)
+            if ahead > 0:
+                biases = torch.floor(biases * 2.0 ** -ahead).clamp_(QT.INT32_MIN, QT.INT32_MAX)
+        rescale = Rescale(rescale.multiplier, min(origin, remain), rescale.multiplier_type, rescale.shift_type)
 
     def stage(y):  # y: float64 accumulators it may use in place
+        if remain is not None:  # to 32 bits ahead of the rescale
+            y = qmath.requantize(y, 1, ahead, 0, QT.INT32_MIN, QT.INT32_MAX, out=y) if ahead > 0 else \
+                y.clamp_(QT.INT32_MIN, QT.INT32_MAX)
         if biases is not None:
             y.add_(biases)
         return fused_forward(node, y, rescale, out, owned=True)

@@ -285,3 +285,21 @@ class Shift:
         if isinstance(value, torch.Tensor):
             raise IRError(f"layer '{node.name}' ({node.type}): '{key}' must be one integer")
         return cls(value)
+
+
+# ---- the ahead shift of wide accumulators -----------------------------------------
+def write_remain_shift(node, bits: Optional[int]) -> None:
+    """`remain_shift`: the bits of its rescale's shift a layer keeps after shifting its
+    accumulator down to 32 bits (None: no ahead shift, the param removed)."""
+    node.params.pop("remain_shift", None)
+    if bits is not None:
+        node.params["remain_shift"] = int(bits)
+
+
+def remain_shift(node) -> Optional[int]:
+    value = node.params.get("remain_shift")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise IRError(f"layer '{node.name}' ({node.type}): remain_shift '{value}' is not a non-negative integer")
+    return value

@@ -26,7 +26,7 @@ COMPASS_CFG_ATTRS = (
     "quant_type", "weight_block_size", "activation_block_size", "running_statistic_momentum",
     "activation_perchannel_min_elements", "regularize_activation_perchannel_scales", "resize_degrade_to_nearest",
     "with_winograd", "min_compatible_zhouyi_target", "bias_effective_bits_auto_adaption", "force_dtype_int",
-    "force_shift_positive", "bias_effective_bits")
+    "force_shift_positive", "bias_effective_bits", "remain_shift")
 
 
 def _cfg_default(name: str):

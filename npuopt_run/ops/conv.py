@@ -13,8 +13,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..intmath import absmax, check_range, exact_matmul, requantize
 from .activation import fused_float
-from .stage import (biases_with_zp, fused_method, output_stage, refuse_ahead_shift, rescale, shifted, top_bounds,
-                    weights_with_zp)
+from .stage import (AHEAD_SHIFTED, ahead_shift, biases_with_zp, fused_method, output_stage, refuse_ahead_shift,
+                    rescale, shifted, top_bounds, weights_with_zp)
 
 AXES = {2: ("y", "x"), 3: ("z", "y", "x")}
 PADS = {2: (("pad_top", "pad_bottom"), ("pad_left", "pad_right")),
@@ -142,16 +142,20 @@ def conv_float(layer, xs, infos):
 
 
 def linear_weights(layer, x_info) -> np.ndarray:
-    """W = weights + weights_zp of a layer with weights (no ahead shift)."""
-    w = weights_with_zp(layer)
-    refuse_ahead_shift(layer, x_info.dtype, layer.const_types["weights"])
-    return w
+    """W = weights + weights_zp of a layer with weights."""
+    if layer.type not in AHEAD_SHIFTED:
+        refuse_ahead_shift(layer, x_info.dtype, layer.const_types["weights"])
+    return weights_with_zp(layer)
 
 
-def linear_output(layer, acc: np.ndarray, channels: int, extra=0) -> np.ndarray:
-    """acc + B + extra (B = biases + biases_zp), then the output stage with the fused activation."""
-    return output_stage(layer, acc + biases_with_zp(layer, channels) + extra, fused_method(layer),
-                        *rescale(layer, channels))
+def linear_output(layer, acc: np.ndarray, channels: int, x_info, extra=0) -> np.ndarray:
+    """acc + B + extra (B = biases + biases_zp; both shifted ahead first where the layer
+    says so), then the output stage with the fused activation."""
+    m, s = rescale(layer, channels)
+    b = biases_with_zp(layer, channels)
+    if layer.type in AHEAD_SHIFTED:
+        acc, b, s = ahead_shift(layer, acc, b, s, x_info.dtype, layer.const_types["weights"])
+    return output_stage(layer, acc + b + extra, fused_method(layer), m, s)
 
 
 def conv_int(layer, xs, infos):
@@ -174,10 +178,10 @@ def conv_int(layer, xs, infos):
         x, wd, direct, crop = as_direct(layer, q + np.int64(zp_x), w, win)
         acc = grouped_conv(nd_windows(x, direct, np.int64(0)), wd, win["group"], matmul)[crop]
         row_sums = np.tile(w.reshape(w.shape[0], -1).sum(axis=1), win["group"])
-        return [linear_output(layer, acc, o, -np.int64(zp_x) * row_sums)]
+        return [linear_output(layer, acc, o, infos[0], -np.int64(zp_x) * row_sums)]
     patches = nd_windows(q, win, np.int64(-zp_x))
     acc = grouped_conv(patches, spatial_weights(w, dims), win["group"], matmul)
-    return [linear_output(layer, acc, o)]
+    return [linear_output(layer, acc, o, infos[0])]
 
 
 def fc_float(layer, xs, infos):
@@ -198,7 +202,7 @@ def fc_int(layer, xs, infos):
     if w.ndim != 2 or w.shape[1] != q.shape[-1]:
         raise layer.error(f"weights {list(w.shape)} do not fit {q.shape[-1]} input features", "weights_shape")
     acc = exact_matmul(layer, q.reshape(-1, q.shape[-1]), w.T).reshape(q.shape[:-1] + (w.shape[0],))
-    return [linear_output(layer, acc, w.shape[0])]
+    return [linear_output(layer, acc, w.shape[0], infos[0])]
 
 
 def matmul_operands(layer, xs):

@@ -16,7 +16,7 @@ where requantize(v, M, s) = clamp(round_half_even(v * M * 2^-s) - zp_out, qmin, 
 """
 import numpy as np
 
-from ..intmath import INT48, UINT48, as_float32, requantize
+from ..intmath import INT48, UINT48, as_float32, requantize, shift_round_even
 
 RESCALE_METHODS = ("RELU", "RELU6", "CLIP", "LEAKYRELU", "PRELU")
 FUSABLE = ("NONE",) + RESCALE_METHODS
@@ -87,11 +87,36 @@ def biases_with_zp(layer, channels: int):
 
 
 def refuse_ahead_shift(layer, *dtypes) -> None:
-    """The tool chain pre-shifts the accumulator of layers with more than 8-bit inputs or
-    weights by `remain_shift` (an IR written for some targets); npuopt-run does not."""
+    """`remain_shift` on a layer npuopt-run does not shift ahead (ConvTranspose, MatMul)
+    with more than 8-bit inputs or weights: one line."""
     if "remain_shift" in layer.params and any(d.bits > 8 for d in dtypes):
-        raise layer.error("remain_shift (the tool chain's ahead shift of wide accumulators) is not supported",
-                          "remain_shift")
+        raise layer.error(f"remain_shift (the tool chain's ahead shift of wide accumulators) is not supported on "
+                          f"{layer.type}", "remain_shift")
+
+
+# the layers whose accumulators the tool chain shifts ahead; True: their biases reach the
+# shift rounded to float32 (the convolutions), False: as they are (FullyConnected)
+AHEAD_SHIFTED = {"Convolution": True, "DepthwiseConv": True, "Convolution3D": True, "FullyConnected": False}
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def ahead_shift(layer, acc: np.ndarray, b, s, *dtypes):
+    """The chip's 48-bit accumulator brought to 32 bits before the rescale, where
+    `remain_shift` is set and an input or the weights are wider than 8 bits: with
+    d = s0 - remain_shift (s0 the first channel's shift) > 0, acc -> clamp(round(acc / 2^d))
+    and b -> clamp(floor(b / 2^d)) in int32, shift remain_shift for every channel; else acc
+    clamped to int32, shift s0. Returns (acc, biases, shift)."""
+    if "remain_shift" not in layer.params or not any(d.bits > 8 for d in dtypes):
+        return acc, b, s
+    remain = int_param(layer, "remain_shift")
+    if remain < 0:
+        raise layer.error(f"remain_shift {remain} is negative", "remain_shift")
+    first = int(np.asarray(s).reshape(-1)[0])
+    b = as_float32(np.asarray(b, np.int64)) if AHEAD_SHIFTED[layer.type] else np.asarray(b, np.int64)
+    if first > remain:
+        d = first - remain
+        return np.clip(shift_round_even(acc, d), *INT32), np.clip(np.right_shift(b, d), *INT32), remain
+    return np.clip(acc, *INT32), b, first
 
 
 def shifted(x: np.ndarray, info, layer) -> np.ndarray:
