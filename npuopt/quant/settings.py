@@ -93,6 +93,11 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
             st.activation_bits >= 16 for st in settings.values()):
         OPT_INFO(f"16-bit activations are quantized {QuantMethod(cfg.quantize_method_for_activation).to_symmetric()}, "
                  f"as the tool chain does, not {cfg.quantize_method_for_activation}")
+    unshifted = sorted({n.type for n in graph.nodes if n.type in ("ConvTranspose", "ConvTranspose3D", "MatMul")
+                        and cfg.of("remain_shift", n) != ""})
+    if unshifted:
+        OPT_INFO(f"remain_shift: {', '.join(unshifted)} layers are quantized without the ahead shift (npuopt shifts "
+                 "Convolution, DepthwiseConv, Convolution3D and FullyConnected ahead)")
     modes = cfg.per_layer.get("trigger_float_op")
     if modes is not None and any(m != "disable" for m in modes.values()):
         OPT_INFO("trigger_float_op: layers in a float mode are kept in float; npuopt computes and "
