@@ -395,9 +395,10 @@ def _not_yet(name, default, parse, accepts, help, what, per_layer=False):
 
 _not_yet("qconfig", "", as_text, "a QConfig plugin name", "OPT's QConfig plugins (per-layer settings by a script)",
          "a qconfig plugin; npuopt sets per-layer settings with the per-layer cfg syntax and opt_config")
-_not_yet("bias_effective_bits", "", lambda s: _int_in(16, 48)(s) if s.strip() else "", "empty or an integer from 16 to 48",
-         "high bits of biases that take part in the computation (the rest zeroed)", "bias_effective_bits (zeroing low bias bits)",
-         per_layer=True)
+register_field("bias_effective_bits", "", lambda s: _int_in(16, 48)(s) if s.strip() else "",
+               "the high bits of biases that take part in the computation, as the chip's AIFF keeps them: each "
+               "layer's biases lose the low bits that bring them into this many bits (zeroed); empty: bias_bits",
+               "empty or an integer from 16 to 48", per_layer=True)
 _not_yet("bias_effective_bits_auto_adaption", "false", _bool, _B, "search bias_bits against bias_effective_bits",
          "bias_effective_bits_auto_adaption", per_layer=True)
 register_field("remain_shift", "", lambda s: _int_in(0, 32)(s) if s.strip() else "",

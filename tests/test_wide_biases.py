@@ -4,6 +4,7 @@ int32 or int64, as the tool chain stores them), quant_type w16a16 (16/16/48/10 b
 them as npuopt does: tests/test_conformance.py's `w16a16` setting on every op test and
 parser IR."""
 import logging
+import math
 
 import pytest
 import torch
@@ -129,3 +130,25 @@ def test_remain_shift_shifts_a_wide_layers_accumulator_ahead(tmp_path):
     assert torch.equal(got, want)
     assert not torch.equal(want, output(acc + b, s))
     assert "remain_shift" not in quantize(fc_with_large_biases(), data, cfg_attrs={"remain_shift": 6}).node("op").params
+
+
+# ---- bias_effective_bits: the low bits of biases cleared -------------------------------
+def test_clear_low_bits_keeps_the_high_bits_that_fit():
+    from npuopt.quant.qmath import clear_low_bits
+    q = torch.tensor([100000.0, -70001.0, 5.0, -1.0], dtype=torch.float64)
+    # 16 bits hold [-32768, 32767]: 100000 / 32767 needs 2 bits more, -70001 / -32768 too (ceil(log2 2.14) = 2)
+    assert clear_low_bits(q, 16).tolist() == [100000.0, -70004.0, 4.0, -4.0]
+    assert torch.equal(clear_low_bits(q, 18), q)           # already within 18 bits
+    assert clear_low_bits(torch.tensor([3.0e6], dtype=torch.float64), 16).tolist() == [2999936.0]  # l = 7
+
+
+def test_bias_effective_bits_clears_a_layers_low_bias_bits(tmp_path):
+    data = batches((8,), lo=-20.0, hi=20.0)
+    full = quantize(fc_with_large_biases(), data, activation_bits=16, weight_bits=16, bias_bits=48)
+    cut = quantize(fc_with_large_biases(), data, activation_bits=16, weight_bits=16, bias_bits=48,
+                   cfg_attrs={"bias_effective_bits": 24})
+    b_full = full.node("op").constants["biases"].betensor.to(torch.float64)
+    b_cut = cut.node("op").constants["biases"].betensor.to(torch.float64)
+    low = math.ceil(max(math.log2(float(b_full.max()) / (2 ** 23 - 1)), math.log2(float(b_full.min()) / -2 ** 23)))
+    assert low > 0 and torch.equal(b_cut, torch.floor(b_full / 2 ** low) * 2 ** low)
+    assert not torch.equal(b_cut, b_full)

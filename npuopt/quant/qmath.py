@@ -152,6 +152,17 @@ def unify_shifts(multipliers: torch.Tensor, shifts: torch.Tensor, max_multiplier
     return m, torch.full_like(m, shift)
 
 
+def clear_low_bits(q: torch.Tensor, bits: int) -> torch.Tensor:
+    """Integers q (float64) with the low bits zeroed that bring their range within a signed
+    `bits`-bit one: l = ceil(max(log2(max(q, 1) / qmax), log2(min(q, -1) / qmin))), then
+    floor(q / 2^l) * 2^l (the tool chain's compression of biases for AIFF)."""
+    if not q.numel():
+        return q
+    lo, hi = integer_range(bits, True)
+    low = math.ceil(max(math.log2(max(float(q.max()), 1.0) / hi), math.log2(min(float(q.min()), -1.0) / lo)))
+    return torch.floor(q * 2.0 ** -low) * 2.0 ** low if low > 0 else q
+
+
 # ---- quantization parameters ------------------------------------------------
 def integer_range(bits: int, signed: bool, full_range: bool = True) -> Tuple[int, int]:
     if not signed:

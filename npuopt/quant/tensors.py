@@ -263,17 +263,25 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
     """biases -> integers of the layer's bias_bits at `scale` (s_x * s_w, float32 per
     channel or a number), with the input zero point folded in: b_q + zp_x * sum(q_w +
     zp_w) over each output channel, which is what the tool chain's forward adds (it
-    pads the input with -zp_x); clamped to the bits' range before and after the fold."""
+    pads the input with -zp_x); clamped to the bits' range before and after the fold.
+    With bias_effective_bits below bias_bits the low bits are cleared before and after
+    the fold (qmath.clear_low_bits), as the tool chain does."""
     if key not in node.constants:
         return
     c = node.constants[key]
-    bits = settings_of(node).bias_bits
+    st = settings_of(node)
+    bits, effective = st.bias_bits, st.cfg_attrs.get("bias_effective_bits", "")
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     s = scale.to(torch.float32) if isinstance(scale, torch.Tensor) else float(scale)
-    b = qmath.quantize(c.betensor.detach().to(torch.float32).cpu(), s, 0, lo, hi)
-    b = b.to(torch.float64) + float(x_zp) * w_sums.cpu().to(torch.float64)
+    b = qmath.quantize(c.betensor.detach().to(torch.float32).cpu(), s, 0, lo, hi).to(torch.float64)
+    compress = effective != "" and effective < bits
+    if compress:
+        b = qmath.clear_low_bits(b, effective)
+    b = (b + float(x_zp) * w_sums.cpu().to(torch.float64)).clamp_(lo, hi)
+    if compress:
+        b = qmath.clear_low_bits(b, effective)
     dtype = bias_dtype(bits)
-    c.betensor = b.clamp_(lo, hi).to(dtype.torch_dtype).to(c.betensor.device)
+    c.betensor = b.to(dtype.torch_dtype).to(c.betensor.device)
     c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, s, 0, bits, lo, hi
     c.key_axis = 0 if isinstance(s, torch.Tensor) else None
 
