@@ -28,6 +28,9 @@ _FROM_SETTINGS = {
 _DERIVED = set(_FROM_SETTINGS) | set(COMPASS_CFG_ATTRS) | {
     "layer_id", "current_batch_size", "batch_size_in_IR", "layer_top_type_original", "q_mode_bias",
     "q_strategy_bias", "bias_effective_bits", "debug_fake_quantize"}
+# attrs OPT sets only where the cfg gives a value, and on these layer types only
+_WHEN_SET = {"remain_shift": {"Convolution", "Convolution3D", "ConvTranspose", "ConvTranspose3D", "DepthwiseConv",
+                              "FullyConnected", "MatMul", "GRUv3"}}
 
 
 class NodeAttrs(dict):
@@ -40,12 +43,16 @@ class NodeAttrs(dict):
         self._node = node
 
     def __missing__(self, key):
-        if key not in _DERIVED:
+        if key not in _DERIVED or not self._set_here(key):
             raise KeyError(key)
         return self._node._derived_attr(key)
 
     def __contains__(self, key):
-        return dict.__contains__(self, key) or key in _DERIVED
+        return dict.__contains__(self, key) or (key in _DERIVED and self._set_here(key))
+
+    def _set_here(self, key) -> bool:
+        types = _WHEN_SET.get(key)
+        return types is None or (self._node.type in types and self._node._derived_attr(key) not in ("", None))
 
     def get(self, key, default=None):
         return self[key] if key in self else default

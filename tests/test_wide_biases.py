@@ -152,3 +152,17 @@ def test_bias_effective_bits_clears_a_layers_low_bias_bits(tmp_path):
     low = math.ceil(max(math.log2(float(b_full.max()) / (2 ** 23 - 1)), math.log2(float(b_full.min()) / -2 ** 23)))
     assert low > 0 and torch.equal(b_cut, torch.floor(b_full / 2 ** low) * 2 ** low)
     assert not torch.equal(b_cut, b_full)
+
+
+def test_remain_shift_is_an_attr_where_the_tool_chain_sets_it():
+    """OPT's quantize functions copy attrs['remain_shift'] into the IR where it is present:
+    only on its ahead-shift layer types and when the cfg sets it."""
+    from npuopt.node import PyNode
+    conv, pool, other = PyNode("c", "Convolution"), PyNode("p", "Pooling"), PyNode("d", "Convolution")
+    for node in (conv, pool):
+        node.attrs["qsettings"] = QuantSettings(cfg_attrs={"remain_shift": 20})
+    other.attrs["qsettings"] = QuantSettings(cfg_attrs={"remain_shift": ""})
+    assert "remain_shift" in conv.attrs and conv.attrs["remain_shift"] == 20
+    assert "remain_shift" not in pool.attrs and "remain_shift" not in other.attrs
+    with pytest.raises(KeyError):
+        other.attrs["remain_shift"]
