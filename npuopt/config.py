@@ -405,7 +405,9 @@ register_field("remain_shift", "", lambda s: _int_in(0, 32)(s) if s.strip() else
                "Convolution, DepthwiseConv, Convolution3D and FullyConnected layers with more than 8-bit inputs or "
                "weights shift their accumulator down to 32 bits ahead of the rescale, leaving this many bits of its "
                "shift (the chip's AIFF); empty: no ahead shift", "empty or an integer from 0 to 32", per_layer=True)
-_not_yet("force_dtype_int", "false", _bool, _B, "force signed integer outputs", "force_dtype_int", per_layer=True)
+register_field("force_dtype_int", "false", _bool, "layers whose outputs would be unsigned (a range without "
+               "negative values) get signed integer outputs, as the tool chain's force_dtype_int does", _B,
+               per_layer=True)
 _not_yet("force_shift_positive", "false", _bool, _B, "force non-negative rescale shifts", "force_shift_positive", per_layer=True)
 _not_yet("fake_quant_scopes_for_debug", "", _pattern(r"|\[(\(\d+,\d+\),?)+\]"), "[(i,j),...]",
          "layer-id ranges run in float inside the quantized forward (debugging)", "fake_quant_scopes_for_debug")

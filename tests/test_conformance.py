@@ -52,6 +52,7 @@ SETTINGS = {
                 "quantize_method_for_activation=per_tensor_asymmetric"],
     "w16a16": ["quant_type=w16a16"],   # 16-bit activations and weights, 48-bit biases, 10-bit tables
     "w16a16_remain": ["quant_type=w16a16", "remain_shift=20"],   # and the ahead shift to 32 bits
+    "force_int": ["force_dtype_int=true", "quantize_method_for_activation=per_tensor_asymmetric"],
 }
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "

@@ -365,3 +365,14 @@ def test_quantized_pad_needs_an_integer_fill(tmp_path):
     path.write_text(text)
     with pytest.raises(IRError, match="layer 'op'.*constant_value"):
         read_graph(str(path)).forward(list(batches((4, 3), n=1)[0]))
+
+
+@pytest.mark.parametrize("force, dtype", [(False, torch.uint8), (True, torch.int8)])
+def test_force_dtype_int_makes_an_unsigned_output_signed(tmp_path, force, dtype):
+    """A FullyConnected with RELU and asymmetric activations writes uint8; with the cfg's
+    force_dtype_int, int8 (the tool chain's `out_signed = ... or force_dtype_int`)."""
+    g = one_layer("FullyConnected", [(8,)], dict(num_output=4, with_activation="RELU"),
+                  {"weights": torch.randn(4, 8), "biases": torch.randn(4)})
+    qg, got, *_ = check(g, batches((8,)), tmp_path, quantize_method_for_activation="per_tensor_asymmetric",
+                        cfg_attrs={"force_dtype_int": force})
+    assert got.dtype == dtype and qg.node("op").outputs[0].dtype.torch_dtype == dtype

@@ -52,18 +52,24 @@ def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, s
         raise Unsupported(f"layer '{node.name}': per-channel activations are not supported")
     if lo is None:
         lo, hi = activation_range(node, t, method.symmetric)
-    signed = min(lo, 0.0) < 0 if signed is None else signed
+    signed = _signed(node, lo, signed)
     set_quantization(t, *activation_grid(node, lo, hi, signed), st.activation_bits, signed)
+
+
+def _signed(node, lo: float, signed: Optional[bool]) -> bool:
+    """Signed when the range has negative values (or as asked), or when the layer's
+    force_dtype_int says so (the tool chain's `out_signed = ... or force_dtype_int`)."""
+    return (min(lo, 0.0) < 0 if signed is None else signed) or bool(node.force_dtype_int)
 
 
 def activation_grid(node, lo: float, hi: float, signed: bool = None) -> tuple:
     """(scale, zp, qmin, qmax) of the layer's activation settings over [lo, hi] (widened
-    to include 0), signed when the range has negative values (or as asked)."""
+    to include 0), signed as _signed says."""
     st = settings_of(node)
     method = st.quantize_method_for_activation
     lo, hi = float(min(lo, 0.0)), float(max(hi, 0.0))
     return qmath.linear_quant_params(lo, hi, st.activation_bits, method.symmetric, method.full_range,
-                                     lo < 0 if signed is None else signed)
+                                     _signed(node, lo, signed))
 
 
 def on_activation_grid(node, v: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
