@@ -3,14 +3,14 @@ int32 or int64, as the tool chain stores them), quant_type w16a16 (16/16/48/10 b
 16-bit activations made symmetric as the tool chain makes them. OPT's forward reads
 them as npuopt does: tests/test_conformance.py's `w16a16` setting on every op test and
 parser IR."""
-import logging
 import math
 
 import pytest
 import torch
 
 from npuopt.dtype import Dtype
-from npuopt.quant.settings import QuantSettings, layer_settings
+from npuopt.ir import read_graph
+from npuopt.quant.settings import QuantSettings, layer_settings, note_settings
 from test_opt_cfg import tiny
 from test_quantize_ops import batches, check, one_layer, quantize
 
@@ -60,21 +60,13 @@ def test_16_bit_activations_are_symmetric_as_in_the_tool_chain(method, bits, wan
     assert st.quantize_method_for_activation == want
 
 
-def test_quant_type_w16a16_sets_the_bits_and_says_so(tmp_path):
-    seen = []
-    handler = logging.Handler()
-    handler.emit = lambda record: seen.append(record.getMessage())
-    logger = logging.getLogger("npuopt")
-    logger.addHandler(handler)
-    try:
-        cfg = tiny(tmp_path, quant_type="w16a16", quantize_method_for_activation="per_tensor_asymmetric")
-        from npuopt.ir import read_graph
-        from npuopt.quant.settings import note_settings
-        graph = read_graph(str(cfg.graph), str(cfg.bin))
-        settings = layer_settings(cfg, graph)
+def test_quant_type_w16a16_sets_the_bits_and_says_so(tmp_path, caplog):
+    cfg = tiny(tmp_path, quant_type="w16a16", quantize_method_for_activation="per_tensor_asymmetric")
+    graph = read_graph(str(cfg.graph), str(cfg.bin))
+    settings = layer_settings(cfg, graph)
+    with caplog.at_level("INFO", logger="npuopt"):
         note_settings(cfg, graph, settings)
-    finally:
-        logger.removeHandler(handler)
+    seen = caplog.messages
     st = next(iter(settings.values()))
     assert (st.activation_bits, st.weight_bits, st.bias_bits, st.lut_items_in_bits) == (16, 16, 48, 10)
     assert st.quantize_method_for_activation == "per_tensor_symmetric_restricted_range"

@@ -259,17 +259,13 @@ def integer_weights(c: PyTensor) -> torch.Tensor:
     return shifted(c)
 
 
-def bias_dtype(bits: int) -> Dtype:
-    """The tool chain's storage of `bits`-bit biases: int16 up to 16 bits, int32 up to
-    32, int64 beyond (bias_bits goes up to 48, the accumulator's width)."""
-    return Dtype.INT16 if bits <= 16 else Dtype.INT32 if bits <= 32 else Dtype.INT64
-
-
 def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "biases") -> None:
     """biases -> integers of the layer's bias_bits at `scale` (s_x * s_w, float32 per
     channel or a number), with the input zero point folded in: b_q + zp_x * sum(q_w +
     zp_w) over each output channel, which is what the tool chain's forward adds (it
-    pads the input with -zp_x); clamped to the bits' range before and after the fold.
+    pads the input with -zp_x); clamped to the bits' range before and after the fold,
+    stored in the narrowest integer type that holds them (int16, int32, int64 for 16 to
+    48 bits, as the tool chain stores them).
     With bias_effective_bits below bias_bits the low bits are cleared before and after
     the fold (qmath.clear_low_bits), as the tool chain does."""
     if key not in node.constants:
@@ -277,7 +273,7 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
     c = node.constants[key]
     st = settings_of(node)
     bits, effective = st.bias_bits, st.cfg_attrs.get("bias_effective_bits", "")
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    lo, hi = qmath.integer_range(bits, True)
     s = scale.to(torch.float32) if isinstance(scale, torch.Tensor) else float(scale)
     b = qmath.quantize(c.betensor.detach().to(torch.float32).cpu(), s, 0, lo, hi).to(torch.float64)
     compress = effective != "" and effective < bits
@@ -286,7 +282,7 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
     b = (b + float(x_zp) * w_sums.cpu().to(torch.float64)).clamp_(lo, hi)
     if compress:
         b = qmath.clear_low_bits(b, effective)
-    dtype = bias_dtype(bits)
+    dtype = Dtype.integer(bits, True)
     c.betensor = b.to(dtype.torch_dtype).to(c.betensor.device)
     c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, s, 0, bits, lo, hi
     c.key_axis = 0 if isinstance(s, torch.Tensor) else None
