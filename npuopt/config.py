@@ -82,6 +82,7 @@ def _name_list(s):
     return items
 
 
+WEIGHT_ONLY_MODE = re.compile(r"_act_(int|fp8e4m3fn|fp4e2m1fn)_wht")  # float activations, quantized weights
 FLOAT_MODES = ("disable", "float16_preferred", "bfloat16_preferred", "float32_preferred",
                "float16_act_int_wht", "bfloat16_act_int_wht", "float32_act_int_wht",
                "float16_act_fp8e4m3fn_wht", "float16_act_fp4e2m1fn_wht", "bfloat16_act_fp8e4m3fn_wht",
@@ -106,9 +107,9 @@ def _float_ops(s):
 
 
 def _float_mode_unsupported(mode) -> str:
-    if isinstance(mode, str) and mode.rstrip("!").endswith("_wht"):
-        return (f"'{mode}' asks for weight-only quantization with float activations, which npuopt "
-                f"does not implement yet")
+    if isinstance(mode, str) and WEIGHT_ONLY_MODE.search(mode) and "_act_int_wht" not in mode:
+        return (f"'{mode}' asks for fp8/fp4 weights with float activations, which npuopt does not implement "
+                f"yet; the *_act_int_wht modes (integer weights) are")
     return ""
 
 
@@ -122,11 +123,6 @@ PER_BLOCK_METHODS = ("per_block_symmetric_restricted_range", "per_block_symmetri
 def _method(*choices):
     choice = _choice(*choices)
     return lambda s: QuantMethod(choice(s))
-
-
-def _per_block_unsupported(method) -> str:
-    return (f"'{method}': per-block quantization is not implemented in npuopt yet"
-            if str(method).startswith("per_block") else "")
 
 
 _R = r"[-+]?\d+(?:\.\d*)?"
@@ -279,7 +275,12 @@ register_field("eval_optimized_model", "true", _bool, "compute the metrics on th
 register_field("skip_optimization", "false", _bool, "skip calibration, quantization and writing the IR (metrics of the float model only)", _B)
 register_field("similarity_data_num", "4", _int_in(1, 1 << 16), "samples (of the first metric batch) used for the per-layer similarity of the report", "an integer >= 1")
 register_field("quantize_method_for_weight", "per_tensor_symmetric_restricted_range", _method(*QUANTIZE_METHODS, *PER_BLOCK_METHODS),
-               "how weights are quantized", ", ".join(QUANTIZE_METHODS), per_layer=True, unsupported=_per_block_unsupported)
+               "how weights are quantized (per_block_*: layers with weight-only quantization, see trigger_float_op)",
+               ", ".join(QUANTIZE_METHODS + PER_BLOCK_METHODS), per_layer=True)
+register_field("weight_block_size", "256", _int_in(1, 1 << 20),
+               "per_block_* weights: each output channel's weights (in the IR's order) in blocks of this many, "
+               "each with its own scale and zero point (a last, shorter block where they do not divide)",
+               "an integer >= 1", per_layer=True)
 register_field("quantize_method_for_activation", "per_tensor_symmetric_full_range", _method(*QUANTIZE_METHODS),
                "how activations are quantized", ", ".join(QUANTIZE_METHODS), per_layer=True)
 register_field("weight_bits", "8", _int_in(2, 16), "bits of quantized weights", "an integer from 2 to 16", per_layer=True)
@@ -311,7 +312,9 @@ register_field("save_statistic_info", "false", _bool, "also save the statistics 
 register_field("opt_config", "", as_text, "JSON file of per-layer overrides (see the written <name>_opt_template.json)", "a file path", is_path=True)
 register_field("trigger_float_op", "disable", _float_ops,
                "layers kept in float: 'disable', comma-separated layer types/names, or OPT's float modes "
-               "(float16_preferred, bfloat16_preferred, float32_preferred, with '!' and per layer)",
+               "(float16_preferred, bfloat16_preferred, float32_preferred, with '!' and per layer); "
+               "float16_act_int_wht (and bfloat16_/float32_): float activations, integer weights of "
+               "weight_bits with weights_scale/weights_zp (weight-only quantization, per_block_* methods too)",
                "'disable', comma-separated layer types/names, or a float mode like float16_preferred",
                unsupported=_float_mode_unsupported, global_of=lambda pl: [])
 register_field("set_qinvariant_for_start_nodes", "", _layer_ids,
@@ -382,10 +385,8 @@ _no_effect("compat_quantized_model_simplify_dequantize_quantize", "true", _bool,
            "npuopt reads float IRs only (no quantized-model import)")
 _no_effect("compat_quantized_model_force_weight_asym", "false", _bool, _B,
            "npuopt reads float IRs only (no quantized-model import)")
-_no_effect("weight_block_size", "256", _int_in(1, 1 << 20), "an integer >= 1",
-           "it only sizes per-block quantization, which npuopt does not implement yet", per_layer=True)
 _no_effect("activation_block_size", "256", _int_in(1, 1 << 20), "an integer >= 1",
-           "it only sizes per-block quantization, which npuopt does not implement yet", per_layer=True)
+           "the tool chain quantizes activations per tensor or per channel, not per block", per_layer=True)
 
 
 # ---- OPT's fields whose non-default values npuopt does not implement yet -------------------

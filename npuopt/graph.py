@@ -81,8 +81,9 @@ class PyGraph:
 
     @property
     def quantized(self) -> bool:
-        """Whether this is a quantized (or mixed-precision) graph: some layer computes in integers."""
-        return any(node.quantized for node in self.nodes)
+        """Whether this is a quantized (or mixed-precision) graph: some layer computes in
+        integers, or holds integer weights (weight-only quantization)."""
+        return any(node.quantized or any(c.is_quantized for c in node.constants.values()) for node in self.nodes)
 
     def tensor(self, name: str) -> PyTensor:
         return self._tensors[name]

@@ -1,4 +1,5 @@
 """PyNode: one layer of the graph."""
+import contextlib
 from collections import OrderedDict
 from typing import Dict, List
 
@@ -7,6 +8,7 @@ import torch
 from .config import FIELDS, default_of
 from .dtype import Dtype
 from .errors import GraphError, IRError
+from .quant.qmath import dequantize
 from .quant.settings import COMPASS_CFG_ATTRS, settings_of
 from .quant.statistics import Statistics
 from .registry import OP_FORWARDS, OP_QUANTIZERS, plugin_code
@@ -23,7 +25,7 @@ _FROM_SETTINGS = {
     "q_strategy_activation": "calibration_strategy_for_activation",
     "q_strategy_weight": "calibration_strategy_for_weight", "lut_items_in_bits": "lut_items_in_bits",
     "multiplier_bits": "multiplier_bits", "histc_bins": "histc_bins", "trigger_float_op": "trigger_float_op",
-    "unify_shifts_for_aiff": "unify_shifts_for_aiff",
+    "unify_shifts_for_aiff": "unify_shifts_for_aiff", "weight_block_size": "weight_block_size",
 }
 _DERIVED = set(_FROM_SETTINGS) | set(COMPASS_CFG_ATTRS) | {
     "layer_id", "current_batch_size", "batch_size_in_IR", "layer_top_type_original", "q_mode_bias",
@@ -205,10 +207,26 @@ class PyNode:
         return self.constants[key]
 
     def forward(self, *args):
-        out = self._call(OP_FORWARDS, "forward", args)
+        with self._weights_in_float():
+            out = self._call(OP_FORWARDS, "forward", args)
         if not self.quantized and self.placeholders:
             self._observe_placeholders()
         return out
+
+    @contextlib.contextmanager
+    def _weights_in_float(self):
+        """A layer kept in float whose weights are integers (weight-only quantization)
+        computes with them dequantized, whatever its type, its forward a float one."""
+        c = self.constants.get("weights")
+        if self.quantized or c is None or not c.is_quantized:
+            yield
+            return
+        q, dtype = c.betensor, c.dtype
+        c.betensor, c.dtype = dequantize(q, c.broadcast_scale, c.broadcast_zerop), Dtype.FP32
+        try:
+            yield
+        finally:
+            c.betensor, c.dtype = q, dtype
 
     def quantize(self, *args):
         return self._call(OP_QUANTIZERS, "quantize", args)

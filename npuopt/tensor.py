@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from .dtype import Dtype
+from .quant.formats import block_values
 from .quant.statistics import Statistics
 from .quant.strategies import activation_range_of
 
@@ -121,7 +122,7 @@ class PyTensor:
         self.attrs = {}
         self.ir_range = None
         self.ir_dtype = self.dtype  # the dtype the IR gave (the Compass Optimizer's layer_top_type)
-        self.block_size = None      # per-block quantization: npuopt has none
+        self.block_size = None      # per-block weights: values per block of each channel (key_axis 0)
         self._range = {}
 
     scale = _quant_field("_scale", True)
@@ -139,13 +140,16 @@ class PyTensor:
     def _broadcast(self, v):
         if not isinstance(v, torch.Tensor) or v.numel() <= 1 or self.key_axis is None:
             return v
+        if self.block_size and v.numel() > int(self.ir_shape[0]):
+            return block_values(v, self.ir_shape, self.block_size)
         shape = [1] * len(self.ir_shape)
         shape[self.key_axis] = -1
         return v.reshape(shape)
 
     @property
     def broadcast_scale(self):
-        """scale shaped to broadcast against the tensor (per channel along key_axis)."""
+        """scale shaped to broadcast against the tensor (per channel along key_axis; per
+        block: one value per element)."""
         return self._broadcast(self.scale)
 
     @property

@@ -133,9 +133,11 @@ class Runner:
 
     def _check_quantized(self) -> None:
         """npuopt-run checks quantized IRs: refuse a float one (no integer tensor with a
-        scale: the parser's or npuopt-export's IR, not npuopt's), and a graph input or
+        scale nor quantized weights: the parser's or npuopt-export's IR, not npuopt's), and a graph input or
         output scale that would quantize or dequantize to garbage."""
-        if not any(info.is_int and info.scale is not None for info in self.infos.values()):
+        weight_only = any(layer.has_const("weights_scale") or "weights_scale" in layer.params
+                          for layer in self.model.layers)
+        if not weight_only and not any(info.is_int and info.scale is not None for info in self.infos.values()):
             raise RefrunError(f"{self.model.path}: not a quantized IR: no layer writes an integer tensor with a "
                               f"layer_top_scale (a float IR; quantize it with npuopt first)")
         for name in self.model.inputs + self.model.outputs:

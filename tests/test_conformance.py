@@ -53,7 +53,14 @@ SETTINGS = {
     "w16a16": ["quant_type=w16a16"],   # 16-bit activations and weights, 48-bit biases, 10-bit tables
     "w16a16_remain": ["quant_type=w16a16", "remain_shift=20"],   # and the ahead shift to 32 bits
     "force_int": ["force_dtype_int=true", "quantize_method_for_activation=per_tensor_asymmetric"],
+    # weight-only FullyConnected layers (float activations, 4-bit weights in blocks of 8 inputs):
+    # OPT's forward dequantizes the weights of FullyConnected layers only
+    "weight_only_fc": ["trigger_float_op=disable & <[FullyConnected]:float16_act_int_wht>", "weight_bits=4",
+                       "quantize_method_for_weight=per_channel_symmetric_restricted_range & "
+                       "<[FullyConnected]:per_block_asymmetric>", "weight_block_size=8"],
 }
+# settings that change some layer types only, and the cases (op tests or models) they run on
+ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected"}
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
@@ -265,6 +272,15 @@ def conformance_only_cases():
 OP_CASES = sorted(p.parent.name for p in OP_TESTS.glob("*/opt.cfg")) + ["pad_nonnegative"]
 
 
+def applies(setting: str, ir: Path) -> bool:
+    """Whether `setting` changes anything in the IR `ir` (ONLY_WITH; pad_nonnegative: Pad layers)."""
+    return setting not in ONLY_WITH or (ir.is_file() and ONLY_WITH[setting] in ir.read_text())
+
+
+OP_PARAMS = [pytest.param(c, s, id=f"{c}-{s}") for c in OP_CASES for s in SETTINGS
+             if applies(s, OP_TESTS / c / f"{c}.txt")]
+
+
 @pytest.fixture(scope="module")
 def op_runs(request, oracle, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
     """Every selected (case, setting) quantized by npuopt, OPT started on all of them."""
@@ -288,7 +304,7 @@ def op_runs(request, oracle, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
 
 
 @pytest.mark.shared
-@pytest.mark.parametrize("case, setting", [pytest.param(c, s, id=f"{c}-{s}") for c in OP_CASES for s in SETTINGS])
+@pytest.mark.parametrize("case, setting", OP_PARAMS)
 def test_op_case(case, setting, op_runs, record_property):
     run = op_runs[case, setting]
     if case == "pad" and run.opt is not None and any("negative values" in e for e in run.opt.result().errors):
@@ -388,7 +404,8 @@ def model_runs(request, oracle, images, tmp_path_factory) -> Dict[Tuple[str, str
 
 @pytest.mark.slow
 @pytest.mark.shared
-@pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS]
+@pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS
+                                            if applies(s, PARSER_IRS / m / f"{m}.txt")]
                          + [pytest.param(m, "unify_concat", id=f"{m}-unify_concat") for m in CONCAT_MODELS]
                          + [pytest.param(m, "unify_eltwise", id=f"{m}-unify_eltwise") for m in ELTWISE_MODELS]
                          + [pytest.param(m, "smooth_insert", id=f"{m}-smooth_insert") for m in FC_MODELS])

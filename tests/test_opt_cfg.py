@@ -151,9 +151,8 @@ def test_unknown_field_names_the_closest(tmp_path):
     ("mixed_precision_auto_search", "1,0.02,L", "mixed precision auto search is not implemented"),
     ("calibration_strategy_for_activation", "mean & <[Concat]:aciq_gauss>", "'aciq_gauss' is not implemented"),
     ("calibration_strategy_for_weight", "weighted_scale_param[0.1,0.2,0.3,0.4]", "is not implemented"),
-    ("quantize_method_for_weight", "per_block_symmetric_full_range", "per-block quantization is not implemented"),
     ("quant_type", "wfp8afp8", "quant_type 'wfp8afp8' is not implemented"),
-    ("trigger_float_op", "float16_act_int_wht", "weight-only quantization"),
+    ("trigger_float_op", "float16_act_fp8e4m3fn_wht", "fp8/fp4 weights with float activations"),
     ("unify_scales_for_kvc_concat", "true", "unify_scales_for_kvc_concat is not implemented"),
 ])
 def test_what_npuopt_lacks_stops_with_one_line(tmp_path, field, value, said):
@@ -209,7 +208,7 @@ def test_per_layer_values_reach_the_right_layers(per_layer_run):
     assert layers["pw"]["layer_top_type"] in ("[int8]", "[uint8]")
     assert template["conv1"]["quantize_method_for_weight"].startswith("per_channel")
     assert template["pool1"]["quantize_method_for_weight"].startswith("per_tensor")
-    assert layers["prob"]["layer_top_type"] == "[float32]" and template["prob"]["trigger_float_op"] is True
+    assert layers["prob"]["layer_top_type"] == "[float32]" and template["prob"]["trigger_float_op"] == "float16_preferred"
 
 
 def test_qinvariant_start_node_is_written_as_int32(per_layer_run):

@@ -255,11 +255,13 @@ def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
 
 def _is_quantized_ir(header, graph) -> bool:
     """A quantized IR (npuopt's or the tool chain's) has no compat_quantized_model header
-    key (the parser's float IRs do) and states its tops' integer quantization."""
+    key (the parser's float IRs do) and states its tops' integer quantization, or its
+    weights' (weight-only quantization: weights_scale)."""
     if "compat_quantized_model" in header:
         return False
     return any(t.dtype.is_integer and "layer_top_scale" in node.attrs.get("ir_top_fields", {})
-               for node in graph.nodes for t in node.outputs)
+               for node in graph.nodes for t in node.outputs) or \
+        any("weights_scale" in node.constants or "weights_scale" in node.params for node in graph.nodes)
 
 
 def _deduce_quantized(node: PyNode) -> None:
@@ -276,8 +278,8 @@ def _deduce_quantized(node: PyNode) -> None:
         if not any("lut" in k for k in node.constants):
             dtypes += [c.dtype for k, c in node.constants.items() if k not in ("weights_scale", "biases_scale")]
         node.quantized = not any(d.is_float and d.bits >= 16 for d in dtypes)
-    if node.quantized:
-        fields.read_constant_quant_fields(node)
+    if node.quantized or "weights_scale" in node.constants or "weights_scale" in node.params:
+        fields.read_constant_quant_fields(node)  # a float layer's integer weights too (weight-only)
 
 
 def _constant_names(block, where) -> List[str]:

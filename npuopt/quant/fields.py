@@ -22,6 +22,7 @@ from ..dtype import Dtype
 from ..errors import IRError
 from ..tensor import PyTensor
 from . import qmath
+from .formats import blocks_per_channel
 
 IntOrTensor = Union[int, torch.Tensor]
 SHIFT_DTYPE = Dtype.INT8
@@ -227,7 +228,8 @@ def read_top_fields(node, values: dict) -> None:
 
 def constant_quant_fields(node):
     """(params, constants) that state the weights'/biases' quantization:
-    <c>_scale/<c>_zp as params when per tensor, float32/int32 constants per channel."""
+    <c>_scale/<c>_zp as params when per tensor, float32/int32 constants per channel or
+    per block ([channels * blocks], with the param weight_block_size)."""
     params, constants = {}, {}
     for key in QUANTIZED_CONSTANTS:
         c = node.constants.get(key)
@@ -241,6 +243,8 @@ def constant_quant_fields(node):
         else:
             params[f"{key}_scale"] = _float32(c.scale)
             params[f"{key}_zp"] = int(c.zerop)
+        if c.block_size:
+            params["weight_block_size"] = int(c.block_size)
     return params, constants
 
 
@@ -265,6 +269,21 @@ def read_constant_quant_fields(node) -> None:
         c.qmin, c.qmax = c.dtype.qmin, c.dtype.qmax
         if isinstance(c.scale, torch.Tensor) or isinstance(c.zerop, torch.Tensor):
             c.key_axis = 0
+            if key == "weights" and "weight_block_size" in node.params:
+                c.block_size = _block_size(node, c)
+
+
+def _block_size(node, c) -> int:
+    """weight_block_size, checked against the weights and their scales."""
+    block = node.params.pop("weight_block_size")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise IRError(f"layer '{node.name}': weight_block_size must be an integer >= 1, got {block!r}")
+    want = int(c.ir_shape[0]) * blocks_per_channel(c.ir_shape, block)
+    for v in (c.scale, c.zerop):
+        if isinstance(v, torch.Tensor) and v.numel() != want:
+            raise IRError(f"layer '{node.name}': weights_scale/weights_zp hold {v.numel()} values; weights of "
+                          f"shape {list(c.ir_shape)} in blocks of {block} need {want}")
+    return block
 
 
 @dataclass

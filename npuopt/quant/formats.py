@@ -1,6 +1,9 @@
 """How a tensor is put on an integer grid, as the cfg's quantize_method_* values name
-it: per tensor or per channel, symmetric or not, the full or the restricted range.
+it: per tensor, per channel or per block, symmetric or not, the full or the restricted range.
 A value is taken apart once, where the cfg or an opt_config is read."""
+import math
+
+import torch
 
 
 class SettingValue(str):
@@ -18,6 +21,7 @@ class QuantMethod(SettingValue):
     """A quantize_method_* value and what it says; it is its text, too (templates and
     the Compass Optimizer's q_mode_* attrs show it as such)."""
     per_channel: bool
+    per_block: bool     # one scale per block of weight_block_size inputs of each output channel
     symmetric: bool
     full_range: bool
 
@@ -26,6 +30,7 @@ class QuantMethod(SettingValue):
             return text
         self = super().__new__(cls, str(text).strip().lower())
         self.per_channel = self.startswith("per_channel")
+        self.per_block = self.startswith("per_block")
         self.symmetric = "_symmetric" in self
         self.full_range = "restricted" not in self
         return self
@@ -39,3 +44,29 @@ class QuantMethod(SettingValue):
         if self.symmetric:
             return self
         return QuantMethod(self.split("_asymmetric")[0] + "_symmetric_restricted_range")
+
+
+# ---- per-block grids ------------------------------------------------------------
+def blocks_per_channel(shape, block: int) -> int:
+    """Blocks of `block` values in each output channel (axis 0) of a tensor of `shape`,
+    its other axes flattened in the IR's order; the last block is shorter where they do
+    not divide (the tool chain needs them to divide)."""
+    rest = math.prod(int(d) for d in shape[1:])
+    return max(1, -(-rest // block))
+
+
+def block_values(v: torch.Tensor, shape, block: int) -> torch.Tensor:
+    """A per-block scale or zero point ([channels * blocks], channel-major) as one value
+    per element of a tensor of `shape`."""
+    rest = math.prod(int(d) for d in shape[1:])
+    per_channel = v.reshape(int(shape[0]), -1)
+    return per_channel.repeat_interleave(block, dim=1)[:, :rest].reshape(tuple(int(d) for d in shape))
+
+
+def blocks(w: torch.Tensor, block: int):
+    """w [channels, ...] as (full blocks [channels * n, block], the last shorter block
+    [channels, rest % block] or None): what a per-block grid's statistics are taken over."""
+    flat = w.reshape(w.shape[0], -1)
+    full = (flat.shape[1] // block) * block
+    tail = flat[:, full:] if full < flat.shape[1] else None
+    return flat[:, :full].reshape(-1, block), tail

@@ -14,19 +14,24 @@ from ..node import PyNode
 from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings
-from .tensors import QUANTIZATION_FIELDS, Unsupported
+from .tensors import QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights_only
 
 
 def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
     """Layers kept in float: asked for (trigger_float_op), or of a type with no quantize function."""
-    out = set()
+    out, weighted = set(), set()
     for node in graph.nodes:
         if settings[node.name].trigger_float_op:
             out.add(node.name)
+            if settings[node.name].weight_only and "weights" in node.constants and node.type not in WEIGHT_ONLY_TYPES:
+                weighted.add(node.type)
         elif OP_QUANTIZERS.get(node.type) is None:
             OPT_WARN(f"layer '{node.name}': layer type '{node.type}' has no quantize function; "
                      f"it stays in float (mixed precision)")
             out.add(node.name)
+    if weighted:
+        OPT_INFO(f"weight-only quantization: the weights of {', '.join(sorted(weighted))} layers stay float "
+                 f"(it applies to {', '.join(WEIGHT_ONLY_TYPES)})")
     return out
 
 
@@ -46,9 +51,12 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
     while pending:
         node = pending.popleft()
         done.add(node.name)
-        if node.name in keep_float or node.type == OpType.DeQuantize:
+        if node.type == OpType.DeQuantize:
             continue
         node.attrs["qsettings"] = settings.get(node.name) or settings[node.attrs["boundary_of"]]
+        if node.name in keep_float:
+            quantize_weights_only(node)
+            continue
         inputs_before = [_quantization(t) for t in node.inputs]
         try:
             node.quantize()
@@ -79,12 +87,20 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
         if node.name not in dirty:
             continue
         float_node = float_graph.node(node.name)
-        if float_node is None or not node.quantized:
+        if float_node is None or not (node.quantized or settings[node.name].weight_only):
             return None
         inputs = [_quantization(t) for t in node.inputs]
         fresh = copy.deepcopy(float_node, {**kept_tensors([float_node]),
                                            **{id(f): q for f, q in zip(float_node.inputs, node.inputs)}})
         fresh.attrs["qsettings"] = settings[node.name]
+        if not node.quantized:  # kept in float: only its weights are quantized again
+            if not quantize_weights_only(fresh):
+                return None
+            fresh.params["unquantifiable"] = True
+            qgraph.nodes[index] = fresh
+            qgraph.replace_tensors({t.name: t for t in fresh.outputs})
+            redone.add(node.name)
+            continue
         try:
             fresh.quantize()
         except Unsupported:

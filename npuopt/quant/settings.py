@@ -9,7 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from typing import Dict, Mapping
 
-from ..config import FIELDS, QUANT_TYPE_BITS, default_of, parse_field
+from ..config import FIELDS, FLOAT_MODES, QUANT_TYPE_BITS, default_of, parse_field
 from ..errors import ConfigError
 from ..logger import OPT_INFO, OPT_WARN
 from ..registry import BOUNDARY_TYPES
@@ -23,7 +23,7 @@ OUTPUT_STRATEGY = check_strategy("extrema")  # for layers writing a graph output
 # cfg fields the Compass Optimizer copies onto every layer as attrs, where npuopt has no
 # per-layer setting for them (read with the field's per-layer form); plugins read them
 COMPASS_CFG_ATTRS = (
-    "quant_type", "weight_block_size", "activation_block_size", "running_statistic_momentum",
+    "quant_type", "activation_block_size", "running_statistic_momentum",
     "activation_perchannel_min_elements", "regularize_activation_perchannel_scales", "resize_degrade_to_nearest",
     "with_winograd", "min_compatible_zhouyi_target", "bias_effective_bits_auto_adaption", "force_dtype_int",
     "force_shift_positive", "bias_effective_bits", "remain_shift")
@@ -47,7 +47,10 @@ class QuantSettings:
     histc_bins: int = _cfg_default("histc_bins")
     multiplier_bits: int = _cfg_default("multiplier_bits")  # 0: the activation bits, at most 15
     unify_shifts_for_aiff: bool = _cfg_default("unify_shifts_for_aiff")
-    trigger_float_op: bool = False    # this layer is named by the cfg's trigger_float_op
+    weight_block_size: int = _cfg_default("weight_block_size")
+    # kept in float: False, True (named by the cfg's trigger_float_op list) or OPT's float mode
+    # ("float16_preferred", "float16_act_int_wht": float activations, integer weights, ...)
+    trigger_float_op: object = False
     # COMPASS_CFG_ATTRS as the cfg gives them for this layer (not settings: no template entry)
     cfg_attrs: Mapping[str, object] = field(default_factory=dict, compare=False)
 
@@ -64,6 +67,11 @@ class QuantSettings:
                  "multiplier_bits": self.multiplier_bits or min(int(self.activation_bits), 15)}
         for key, value in typed.items():
             object.__setattr__(self, key, value)
+
+    @property
+    def weight_only(self) -> bool:
+        """Kept in float with integer weights (a *_act_int_wht float mode)."""
+        return isinstance(self.trigger_float_op, str) and "_act_int_wht" in self.trigger_float_op
 
     @classmethod
     def names(cls):
@@ -101,7 +109,8 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
     modes = cfg.per_layer.get("trigger_float_op")
     if modes is not None and any(m != "disable" for m in modes.values()):
         OPT_INFO("trigger_float_op: layers in a float mode are kept in float; npuopt computes and "
-                 "writes them in float32 (it does not emulate float16/bfloat16)")
+                 "writes their activations in float32 (it does not emulate float16/bfloat16); *_act_int_wht "
+                 "modes store the weights of linear layers as integers (weight-only quantization)")
     restricted = sorted({st.quantize_method_for_weight for st in settings.values() if st.weight_bits <= 4
                          and not st.quantize_method_for_weight.full_range})
     if restricted:
@@ -142,7 +151,8 @@ def _layer_values(cfg, node, float_ops, graph_outputs) -> dict:
         values.update(zip(("activation_bits", "weight_bits", "bias_bits", "lut_items_in_bits"), bits))
     for key, pl in cfg.per_layer.items():
         if key == "trigger_float_op":
-            values[key] = pl.get(node) != "disable"
+            mode = pl.get(node)
+            values[key] = False if mode == "disable" else mode
         elif key in QuantSettings.__dataclass_fields__:
             hit, value = pl.local(node)
             if hit:
@@ -179,9 +189,11 @@ def read_opt_config(path: str, graph) -> Dict[str, dict]:
                                   f"(known: {', '.join(known)})")
             where = f"opt_config '{path}': layer '{layer}'"
             if key == "trigger_float_op":
-                if not isinstance(value, bool):
-                    raise ConfigError(f"{where}: trigger_float_op must be true or false")
-                parsed[key] = value
+                mode = value.lower() if isinstance(value, str) else None
+                if not isinstance(value, bool) and (mode is None or mode.rstrip("!") not in FLOAT_MODES):
+                    raise ConfigError(f"{where}: trigger_float_op must be true, false or a float mode "
+                                      f"({', '.join(FLOAT_MODES[1:])})")
+                parsed[key] = value if isinstance(value, bool) else (False if mode == "disable" else mode)
             elif key.startswith("calibration_strategy"):
                 parsed[key] = check_strategy(str(value), f"{where}: ")
             else:

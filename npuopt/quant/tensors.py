@@ -8,7 +8,7 @@ import torch
 from ..dtype import Dtype
 from ..errors import QuantizeError
 from ..tensor import PyTensor
-from . import qmath
+from . import formats, qmath
 from .settings import settings_of
 from .statistics import Statistics
 from .strategies import activation_range_of, calibrate_range
@@ -128,17 +128,21 @@ def store_output(node, y: torch.Tensor, out: PyTensor) -> torch.Tensor:
 class WeightGrid:
     """The integer grid a layer's float weights are rounded onto, decided from the
     weights and the layer's settings alone: q = clamp(round(w * scale - zp), qmin, qmax),
-    scale and zp numbers or float32 tensors along `axis`. Global calibration
+    scale and zp numbers or float32 tensors along `axis`, or per block (`block`: one
+    value per block of each output channel, channel-major). Global calibration
     (quant/global_calibration) reads it to choose roundings other than the nearest."""
 
-    def __init__(self, scale, zp, qmin: int, qmax: int, bits: int, axis: int, ndim: int):
+    def __init__(self, scale, zp, qmin: int, qmax: int, bits: int, axis: int, shape, block: int = None):
         self.scale, self.zp, self.qmin, self.qmax, self.bits, self.axis = scale, zp, qmin, qmax, bits, axis
         self.per_channel = isinstance(scale, torch.Tensor)
-        self._shape = [1] * ndim
+        self.block, self.shape = block, tuple(int(d) for d in shape)
+        self._shape = [1] * len(self.shape)
         self._shape[axis] = -1
 
     def along(self, v):
         """scale or zp shaped to broadcast against the weights."""
+        if self.block and isinstance(v, torch.Tensor):
+            return formats.block_values(v, self.shape, self.block)
         return v.reshape(self._shape) if isinstance(v, torch.Tensor) else v
 
     def quantize(self, w: torch.Tensor) -> torch.Tensor:
@@ -152,15 +156,17 @@ class WeightGrid:
 def weight_range(node, key: str = "weights", axis: int = 0, groups: int = 1) -> tuple:
     """(lo, hi) of float constant `key` that its grid covers: a global calibration
     method's planned range, or the calibrated one: per channel along `axis`, per group
-    of channels (per-tensor settings on a grouped layer, as the tool chain does), or
-    per tensor (numbers); 0 always inside."""
+    of channels (per-tensor settings on a grouped layer, as the tool chain does), per
+    block (per_block_* methods: _block_range), or per tensor (numbers); 0 always inside."""
     planned = node.attrs.get("planned_ranges", {}).get(key)
     if planned is not None:
         return planned
     st = settings_of(node)
     w = node.get_constant(key).betensor.detach().to(torch.float32).cpu()
     method = st.quantize_method_for_weight
-    per_group = not method.per_channel and groups > 1
+    if method.per_block:
+        return _block_range(node, w)
+    per_group = not method.per_channel and groups > 1 and not st.weight_only  # (groups share a rescale)
     stats = Statistics.of_constant(w, st.histc_bins, axis if method.per_channel or per_group else None)
     lo, hi = calibrate_range(stats, st.calibration_strategy_for_weight, st.weight_bits, method.symmetric)
     if per_group:
@@ -170,6 +176,27 @@ def weight_range(node, key: str = "weights", axis: int = 0, groups: int = 1) -> 
     if isinstance(lo, torch.Tensor):
         return _zero_channels_typical(lo.clamp(max=0.0), hi.clamp(min=0.0))
     return min(lo, 0.0), max(hi, 0.0)
+
+
+def _block_range(node, w: torch.Tensor) -> tuple:
+    """Per-block (lo, hi) [channels * blocks], each block's statistics under the weight
+    strategy, as the tool chain calibrates a row of its blocks; only a layer kept in
+    float takes them (integer layers rescale one accumulator per channel)."""
+    st = settings_of(node)
+    if not st.weight_only:
+        raise QuantizeError(f"layer '{node.name}' ({node.type}): {st.quantize_method_for_weight} weights need "
+                            f"weight-only quantization (trigger_float_op = float16_act_int_wht, or bfloat16_/"
+                            f"float32_); a layer computed in integers takes one scale per channel")
+    full, tail = formats.blocks(w, st.weight_block_size)
+    parts = []
+    for part in (full, tail):
+        if part is not None and part.numel():
+            stats = Statistics.of_constant(part, st.histc_bins, 0)
+            lo, hi = calibrate_range(stats, st.calibration_strategy_for_weight, st.weight_bits,
+                                     st.quantize_method_for_weight.symmetric)
+            parts.append((lo.reshape(w.shape[0], -1), hi.reshape(w.shape[0], -1)))
+    lo, hi = (torch.cat(side, dim=1).reshape(-1) for side in zip(*parts))
+    return lo.clamp(max=0.0), hi.clamp(min=0.0)
 
 
 def _zero_channels_typical(lo: torch.Tensor, hi: torch.Tensor) -> tuple:
@@ -193,7 +220,9 @@ def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1, rng:
     lo, hi = rng if rng is not None else weight_range(node, key, axis, groups)
     scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.weight_bits, method.symmetric,
                                                       method.full_range, True)
-    return WeightGrid(scale, zp, qmin, qmax, st.weight_bits, axis, node.get_constant(key).betensor.dim())
+    shape = node.get_constant(key).betensor.shape
+    return WeightGrid(scale, zp, qmin, qmax, st.weight_bits, axis, shape,
+                      st.weight_block_size if method.per_block else None)
 
 
 def plan_weight_range(node, key: str, lo, hi) -> None:
@@ -235,10 +264,29 @@ def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1)
     grid = weight_grid(node, key, axis, groups)
     q = weight_integers(node, key, grid)
     c.key_axis = axis if grid.per_channel else None
+    c.block_size = grid.block
     dtype = Dtype.integer(grid.bits, True)
     c.betensor = q.to(dtype.torch_dtype).to(c.betensor.device)
     c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, grid.scale, grid.zp, grid.bits, grid.qmin, grid.qmax
     return grid.scale
+
+
+# layer types whose weights hold output channels on axis 0 (grouped along it), as the
+# integer linear layers quantize them: the ones weight-only quantization applies to
+WEIGHT_ONLY_TYPES = ("Convolution", "DepthwiseConv", "FullyConnected", "ConvTranspose", "Convolution3D",
+                     "ConvTranspose3D")
+
+
+def quantize_weights_only(node) -> bool:
+    """A layer kept in float with weight-only settings (trigger_float_op = *_act_int_wht):
+    its weights become integers on their grid, per tensor, per channel or per block,
+    stored with their scale and zero point; its biases and activations stay float, and
+    its forward dequantizes the weights (PyNode.forward). False where it has no weights
+    of WEIGHT_ONLY_TYPES (it stays wholly float)."""
+    if not settings_of(node).weight_only or node.type not in WEIGHT_ONLY_TYPES or "weights" not in node.constants:
+        return False
+    quantize_weights(node, "weights", axis=0)
+    return True
 
 
 def cached_by_weights(node, name: str, extra: tuple, build):

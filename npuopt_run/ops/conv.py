@@ -13,8 +13,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..intmath import absmax, check_range, exact_matmul, requantize
 from .activation import fused_float
-from .stage import (AHEAD_SHIFTED, ahead_shift, biases_with_zp, fused_method, output_stage, refuse_ahead_shift,
-                    rescale, shifted, top_bounds, weights_with_zp)
+from .stage import (AHEAD_SHIFTED, ahead_shift, biases_with_zp, float_weights, fused_method, output_stage,
+                    refuse_ahead_shift, rescale, shifted, top_bounds, weights_with_zp)
 
 AXES = {2: ("y", "x"), 3: ("z", "y", "x")}
 PADS = {2: (("pad_top", "pad_bottom"), ("pad_left", "pad_right")),
@@ -127,7 +127,7 @@ def check_fusable(layer) -> None:
 
 def conv_float(layer, xs, infos):
     x, dims = xs[0], DIMS[layer.type]
-    weights = layer.const("weights").astype(np.float32)
+    weights = float_weights(layer)
     win = window(layer, dims)
     check_fusable(layer)
     check_weights(layer, x, weights, win, layer.type in TRANSPOSED)
@@ -186,7 +186,7 @@ def conv_int(layer, xs, infos):
 
 def fc_float(layer, xs, infos):
     check_fusable(layer)
-    weights = layer.const("weights").astype(np.float32)
+    weights = float_weights(layer)
     out = np.matmul(xs[0], weights.T)
     if layer.has_const("biases"):
         out = out + layer.const("biases").astype(np.float32)

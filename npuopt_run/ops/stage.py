@@ -73,6 +73,37 @@ def weights_with_zp(layer) -> np.ndarray:
     return w + zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else w + zp[0]
 
 
+def float_weights(layer) -> np.ndarray:
+    """The weights a float layer computes with: float ones as stored; integers (weight-only
+    quantization) dequantized in float32, (q + zp) * (1 / scale), with weights_scale and
+    weights_zp per tensor (params), per output channel, or per block: each channel's
+    weights, flattened in the IR's order, in runs of weight_block_size, the last one shorter."""
+    w = layer.const("weights")
+    if np.issubdtype(w.dtype, np.floating):
+        return w.astype(np.float32)
+    if layer.has_const("weights_scale"):
+        scale = layer.const("weights_scale").astype(np.float32).reshape(-1)
+    elif "weights_scale" in layer.params and isinstance(layer.param("weights_scale"), (int, float)):
+        scale = np.array([layer.param("weights_scale")], np.float32)
+    else:
+        raise layer.error("integer weights of a float layer need weights_scale", "weights_scale")
+    zp = np.asarray(stored_ints(layer, "weights_zp", "weights_zp", 0), np.int64).reshape(-1)
+    channels, rest = w.shape[0], int(np.prod(w.shape[1:]))
+    block = int_param(layer, "weight_block_size", rest) if scale.size > channels else rest
+    per_channel = -(-rest // block)
+    for name, v in (("weights_scale", scale), ("weights_zp", zp)):
+        if v.size not in (1, channels * per_channel):
+            raise layer.error(f"{name} has {v.size} entries; weights {list(w.shape)} need 1 or "
+                              f"{channels * per_channel}", name)
+
+    def spread(v):  # one value per weight
+        if v.size == 1:
+            return v.reshape(())
+        return np.repeat(v.reshape(channels, per_channel), block, axis=1)[:, :rest].reshape(w.shape)
+    q = w.astype(np.float32) + spread(zp).astype(np.float32)
+    return (q * (np.float32(1) / spread(scale))).astype(np.float32)
+
+
 def biases_with_zp(layer, channels: int):
     """biases + biases_zp, one per output channel (0 when the layer has no biases). The
     biases hold the input zero point folded in (zp_x * sum of the channel's weights)."""

@@ -155,7 +155,7 @@ class Problem:
         lam = damp * torch.where(diag > 0, diag, torch.ones_like(diag))
         grid = QT.weight_grid(node, "weights", axis=0, groups=groups)
         return cls(node, w, h, low_rank, cw.to(torch.float32), lam.reshape(-1, 1, 1),
-                   _grouped(grid.scale, w), _grouped(grid.zp, w), grid.qmin, grid.qmax,
+                   _grouped(grid, grid.scale, w), _grouped(grid, grid.zp, w), grid.qmin, grid.qmax,
                    mean_q.to(torch.float32) if free_bias else None,
                    (mean_out + biases).to(torch.float32) if free_bias else None)
 
@@ -181,20 +181,21 @@ class Problem:
         errors = []
         for r in CLIP_RATIOS.tolist():
             grid = QT.weight_grid(node, "weights", 0, groups, (lo * r, hi * r))
-            scale, zp = _grouped(grid.scale, self.weights), _grouped(grid.zp, self.weights)
+            scale, zp = _grouped(grid, grid.scale, self.weights), _grouped(grid, grid.zp, self.weights)
             w = (torch.round(self.weights * scale - zp).clamp(self.qmin, self.qmax) + zp) / scale
             errors.append(self.row_errors(w))
         errors = torch.stack(errors, dim=-1)            # [groups, rows, ratios]
-        per_channel = settings_of(node).quantize_method_for_weight.per_channel
+        method = settings_of(node).quantize_method_for_weight
         if not isinstance(lo, torch.Tensor):
             best = CLIP_RATIOS[int(errors.sum(dim=(0, 1)).argmin())]
-        elif per_channel:
+        elif method.per_channel or method.per_block:  # per block: each channel's share for all its blocks
             best = CLIP_RATIOS[errors.argmin(dim=-1).reshape(-1).cpu()]
+            best = best.repeat_interleave(lo.numel() // best.numel())
         else:
             best = CLIP_RATIOS[errors.sum(dim=1).argmin(dim=-1).cpu()].repeat_interleave(errors.shape[1])
         QT.plan_weight_range(node, "weights", lo * best, hi * best)
         grid = QT.weight_grid(node, "weights", 0, groups)
-        self.scale, self.zp = _grouped(grid.scale, self.weights), _grouped(grid.zp, self.weights)
+        self.scale, self.zp = _grouped(grid, grid.scale, self.weights), _grouped(grid, grid.zp, self.weights)
 
     def row_errors(self, w: torch.Tensor) -> torch.Tensor:
         """The output error of weights w per row [groups, rows] (+ a constant per row)."""
@@ -237,16 +238,21 @@ def _power(h: Optional[torch.Tensor], low_rank: Optional[torch.Tensor]) -> torch
     return h.diagonal(dim1=1, dim2=2) if h is not None else low_rank.pow(2).sum(2)
 
 
-def _grouped(v, w: torch.Tensor):
-    """A grid number, or its per-channel tensor as [groups, rows, 1] beside weights w."""
-    return v.to(w.device).reshape(w.shape[0], w.shape[1], 1) if isinstance(v, torch.Tensor) else float(v)
+def _grouped(grid, v, w: torch.Tensor):
+    """A grid number, or its tensor beside weights w [groups, rows, K]: [groups, rows, 1]
+    per channel, [groups, rows, K] per block (a value per weight)."""
+    if not isinstance(v, torch.Tensor):
+        return float(v)
+    if grid.block:
+        return grid.along(v).to(w.device).reshape(w.shape)
+    return v.to(w.device).reshape(w.shape[0], w.shape[1], 1)
 
 
 # ---- the layers in order ------------------------------------------------------------
 def rounded_layers(ctx) -> list:
     """The layers in scope whose weights a rounding method chooses, in graph order."""
     return [n for n in ctx.graph.nodes if n.type in TYPES and "weights" in n.constants and ctx.in_scope(n)
-            and not settings_of(n).trigger_float_op]
+            and (not settings_of(n).trigger_float_op or settings_of(n).weight_only)]
 
 
 class LayerData:
@@ -291,7 +297,7 @@ class LayerData:
         try:
             for node in ctx.progress(rounded_layers(ctx), desc):
                 fnode, qnode = (s.until(node.name) for s in streams)
-                if qnode is None or not qnode.quantized:
+                if qnode is None or not (qnode.quantized or settings_of(node).weight_only):
                     continue
                 problem = Problem.of(node, streams[0].inputs(fnode), streams[1].inputs(qnode), qnode.inputs[0],
                                      free_bias and "biases" in node.constants, damp, units)

@@ -26,7 +26,8 @@ from .gptq import gptq_zy
 def coarse(node) -> bool:
     """Whether the layer's weights are on a per-tensor grid or fewer than 8 bits."""
     st = settings_of(node)
-    return not st.quantize_method_for_weight.per_channel or st.weight_bits < 8
+    method = st.quantize_method_for_weight
+    return not (method.per_channel or method.per_block) or st.weight_bits < 8
 
 
 @global_calibration("auto", "after_calibration", edits_float=False, data_parallel=True)

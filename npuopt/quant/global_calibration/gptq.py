@@ -50,30 +50,43 @@ def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
     back = order.flip(1)  # L's column j is GPTQ's column k - 1 - j
     blocks = [(j1, min(j1 + block, k)) for j1 in range(0, k, block)]
     factor = _LowRank(problem, back, blocks) if problem.low_rank is not None else _Dense(problem, back)
-    b = (problem.C + problem.damp * problem.weights).gather(2, back.unsqueeze(1).expand(g, rows, k)).double()
+    columns = back.unsqueeze(1).expand(g, rows, k)
+    b = (problem.C + problem.damp * problem.weights).gather(2, columns).double()
     # in steps of the grid (times scale, before the zero point), column j's value before
-    # rounding is (a_j - sum_{i>j} y_i L_ij) / L_jj, and y = Q + zp once rounded
-    a = factor.solve(b).mul_(problem.scale).contiguous()
-    zp = _rows(problem.zp)
+    # rounding is (a_j - sum_{i>j} y_i L_ij) / L_jj, and y = Q + zp once rounded; a grid
+    # with a scale per column (per block) works in the weights' own units instead
+    per_column = isinstance(problem.scale, torch.Tensor) and problem.scale.shape[-1] > 1
+    if per_column:
+        scale, zp = (v.gather(2, columns).double() for v in (problem.scale, problem.zp))
+        a = factor.solve(b).contiguous()
+    else:
+        scale, zp = None, _rows(problem.zp)
+        a = factor.solve(b).mul_(problem.scale).contiguous()
     y = torch.empty_like(a)
     for j1, j2 in reversed(blocks):
         own = factor.diagonal_block(j1, j2)
         diag = own.diagonal(dim1=1, dim2=2).unsqueeze(1)
         acc = (a[..., j1:j2] - factor.share(y, j1, j2)) / diag
-        _round_block(acc, own / diag, y[..., j1:j2], zp, problem.qmin, problem.qmax)
-    q = y.sub_(problem.zp).round_().to(problem.weights.dtype)
+        grid = (scale[..., j1:j2], zp[..., j1:j2]) if per_column else (None, zp)
+        _round_block(acc, own / diag, y[..., j1:j2], *grid, problem.qmin, problem.qmax)
+    q = (y.mul_(scale).sub_(zp) if per_column else y.sub_(problem.zp)).round_().to(problem.weights.dtype)
     return q.gather(2, torch.argsort(back, dim=1).unsqueeze(1).expand(g, rows, k))
 
 
-def _round_block(acc, within, y, zp, qmin: int, qmax: int) -> None:
-    """Round a block's columns from the last to the first into y (Q + zp), with acc
-    their values before rounding [groups, rows, n] and within[:, j] column j's share in
-    the block's other columns: the lazy batch once more, in steps of STEP columns that
-    go one by one, a step's share in the columns before it in one product."""
+def _round_block(acc, within, y, scale, zp, qmin: int, qmax: int) -> None:
+    """Round a block's columns from the last to the first into y (Q + zp; with `scale`,
+    a scale per column [groups, rows, n], the weights (Q + zp) / scale), with acc their
+    values before rounding [groups, rows, n] and within[:, j] column j's share in the
+    block's other columns: the lazy batch once more, in steps of STEP columns that go one
+    by one, a step's share in the columns before it in one product."""
     for i2 in range(acc.shape[-1], 0, -STEP):
         i1 = max(i2 - STEP, 0)
         for j in range(i2 - 1, i1 - 1, -1):
-            yj = acc[..., j].sub(zp).round_().clamp_(qmin, qmax).add_(zp)
+            if scale is None:
+                yj = acc[..., j].sub(zp).round_().clamp_(qmin, qmax).add_(zp)
+            else:
+                yj = acc[..., j].mul(scale[..., j]).sub_(zp[..., j]).round_().clamp_(qmin, qmax)
+                yj = yj.add_(zp[..., j]).div_(scale[..., j])
             y[..., j] = yj
             acc[..., i1:j].addcmul_(yj.unsqueeze(2), within[:, j, i1:j].unsqueeze(1), value=-1)
         acc[..., :i1].baddbmm_(y[..., i1:i2], within[:, i1:i2, :i1], alpha=-1)

@@ -1,0 +1,196 @@
+"""Issue 24, weight-only quantization: layers kept in float (trigger_float_op =
+float16_act_int_wht, bfloat16_/float32_) whose weights are stored as integers with
+weights_scale/weights_zp, per tensor, per channel or per block (per_block_* methods,
+weight_block_size; a last, shorter block where the block does not divide a channel's
+weights). Every linear layer type; npuopt's forward of the IR read back, npuopt-run and
+the in-memory graph agree; GPTQ and AdaRound round per-block grids. OPT's forward reads
+weight-only FullyConnected layers as npuopt does: tests/test_conformance.py's
+`weight_only_fc` setting."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+from npuopt.errors import ConfigError, QuantizeError
+from npuopt.ir import read_graph, write_graph
+from npuopt.quant import formats
+from npuopt.quant.global_calibration.gptq import round_columns
+from npuopt.quant.settings import QuantSettings, read_opt_config
+from test_ops_conv import params_of, to_ir
+from test_quantize_ops import batches, one_layer, quantize
+
+WEIGHT_ONLY = dict(trigger_float_op="float16_act_int_wht", weight_bits=4)
+CONV = params_of((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, 6, "RELU")
+
+
+def layers():
+    """(name, graph, input shape) of every layer type weight-only applies to."""
+    torch.manual_seed(0)
+    dw = params_of((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4, 8, "NONE")
+    tr = params_of((2, 2), (2, 2), (0, 0, 0, 0), (1, 1), 2, 6, "NONE")
+    c3 = params_of((2, 3, 3), (1, 1, 1), (0, 0, 1, 1, 1, 1), (1, 1, 1), 1, 4, "NONE")
+    return [
+        ("Convolution", one_layer("Convolution", [(5, 5, 7)], CONV,
+                                  {"weights": torch.randn(6, 3, 3, 7), "biases": torch.randn(6)}), (5, 5, 7)),
+        ("DepthwiseConv", one_layer("DepthwiseConv", [(5, 5, 4)], dw,
+                                    {"weights": torch.randn(8, 3, 3, 1), "biases": torch.randn(8)}), (5, 5, 4)),
+        ("FullyConnected", one_layer("FullyConnected", [(20,)], dict(num_output=5, with_activation="NONE"),
+                                     {"weights": torch.randn(5, 20), "biases": torch.randn(5)}), (20,)),
+        ("ConvTranspose", one_layer("ConvTranspose", [(3, 3, 4)], tr,
+                                    {"weights": to_ir(torch.randn(4, 3, 2, 2), True), "biases": torch.randn(6)}),
+         (3, 3, 4)),
+        ("Convolution3D", one_layer("Convolution3D", [(3, 4, 4, 2)], c3,
+                                    {"weights": to_ir(torch.randn(4, 2, 2, 3, 3), False), "biases": torch.randn(4)}),
+         (3, 4, 4, 2)),
+    ]
+
+
+# ---- per-block grids ------------------------------------------------------------------
+def test_blocks_cover_each_channel_with_a_shorter_last_block():
+    w = torch.arange(2 * 3 * 7, dtype=torch.float32).reshape(2, 3, 7)   # 21 values per channel
+    full, tail = formats.blocks(w, 8)
+    assert full.shape == (4, 8) and tail.shape == (2, 5)
+    assert formats.blocks_per_channel(w.shape, 8) == 3 and formats.blocks_per_channel(w.shape, 32) == 1
+    v = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])                    # [channels * blocks]
+    spread = formats.block_values(v, w.shape, 8).reshape(2, -1)
+    assert spread[0, :8].eq(1).all() and spread[0, 8:16].eq(2).all() and spread[0, 16:].eq(3).all()
+    assert spread[1, :8].eq(4).all() and spread[1, 16:].eq(6).all()
+
+
+@pytest.mark.parametrize("method", ["per_block_asymmetric", "per_block_symmetric_restricted_range",
+                                    "per_block_symmetric_full_range"])
+def test_each_block_takes_its_own_range(method):
+    """A channel whose blocks differ 100-fold in size: each block's integers use the whole
+    grid, which one scale per channel would not give the small block."""
+    w = torch.cat([torch.randn(3, 16) * 0.01, torch.randn(3, 16) * 1.0, torch.randn(3, 5) * 0.1], dim=1)
+    graph = one_layer("FullyConnected", [(37,)], dict(num_output=3, with_activation="NONE"),
+                      {"weights": w, "biases": torch.zeros(3)})
+    qg = quantize(graph, batches((37,)), quantize_method_for_weight=method, weight_block_size=16, **WEIGHT_ONLY)
+    c = qg.node("op").constants["weights"]
+    assert c.block_size == 16 and c.scale.numel() == 3 * 3 and c.betensor.dtype == torch.int8
+    q = c.betensor.float().reshape(3, -1)
+    for lo, hi in ((0, 16), (16, 32), (32, 37)):
+        assert int(q[:, lo:hi].abs().max(dim=1).values.min()) >= 6   # every block reaches the grid's ends
+    error = (qg.node("op").constants["weights"].betensor.float() + c.broadcast_zerop) / c.broadcast_scale - w
+    steps = 1 / c.broadcast_scale
+    assert bool((error.abs() <= steps / 2 + 1e-6).all())
+
+
+# ---- every layer type: in memory, read back, npuopt-run -----------------------------------
+@pytest.mark.parametrize("method, block", [("per_block_asymmetric", 8), ("per_block_symmetric_restricted_range", 5),
+                                           ("per_channel_asymmetric", 256),
+                                           ("per_tensor_symmetric_restricted_range", 256)])
+@pytest.mark.parametrize("index", range(5), ids=[name for name, *_ in layers()])
+def test_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, index, method, block):
+    name, graph, shape = layers()[index]
+    data = batches(shape)
+    qg = quantize(graph, data, quantize_method_for_weight=method, weight_block_size=block, **WEIGHT_ONLY)
+    node = qg.node("op")
+    c = node.constants["weights"]
+    assert not node.quantized and c.is_quantized and c.betensor.dtype == torch.int8 and qg.quantized
+    # the float layer with the weights dequantized by hand is what the quantized graph computes
+    x = list(data[-1])
+    got = qg.forward(x)[0].clone()
+    fl = graph.node("op").constants["weights"]
+    kept = fl.betensor
+    fl.betensor = (c.betensor.float() + c.broadcast_zerop) * (1.0 / c.broadcast_scale)
+    want = graph.forward(x)[0]
+    fl.betensor = kept
+    assert torch.equal(got, want)
+    # written and read back: the same weights, the same outputs
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    text = path.read_text()
+    assert "weights_type=int4" in text or "weights_type=aligned_int4" in text
+    assert ("weight_block_size=%d" % block in text) == method.startswith("per_block")
+    back = read_graph(str(path))
+    assert torch.equal(back.forward(x)[0], got)
+    # npuopt-run, on its own (float32 sums: within float rounding)
+    np.save(tmp_path / "x.npy", x[0].numpy())
+    out = tmp_path / "run.npz"
+    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(path), "-i", str(tmp_path / "x.npy"),
+                             "-o", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    ran = np.load(out)[qg.output_tensors[0].name]
+    np.testing.assert_allclose(ran, got.numpy(), rtol=1e-5, atol=1e-5 * float(got.abs().max()))
+
+
+def test_per_block_weights_on_an_integer_layer_stop_with_one_line():
+    graph = one_layer("FullyConnected", [(20,)], dict(num_output=5, with_activation="NONE"),
+                      {"weights": torch.randn(5, 20), "biases": torch.randn(5)})
+    with pytest.raises(QuantizeError, match=r"layer 'op' \(FullyConnected\): per_block_asymmetric weights need "
+                                            r"weight-only quantization") as info:
+        quantize(graph, batches((20,)), quantize_method_for_weight="per_block_asymmetric")
+    assert "\n" not in str(info.value)
+
+
+def test_a_broken_block_size_in_an_ir_is_one_line(tmp_path):
+    _, graph, shape = layers()[2]
+    qg = quantize(graph, batches(shape), quantize_method_for_weight="per_block_asymmetric", weight_block_size=8,
+                  **WEIGHT_ONLY)
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    path.write_text(path.read_text().replace("weight_block_size=8", "weight_block_size=6"))
+    with pytest.raises(Exception, match=r"layer 'op': weights_scale/weights_zp hold 15 values; weights of shape "
+                                        r"\[5, 20\] in blocks of 6 need 20"):
+        read_graph(str(path))
+
+
+# ---- settings -------------------------------------------------------------------------------
+def test_weight_only_modes_are_settings_of_their_own():
+    assert QuantSettings(trigger_float_op="float16_act_int_wht").weight_only
+    assert not QuantSettings(trigger_float_op="float16_preferred").weight_only
+    assert not QuantSettings(trigger_float_op=True).weight_only
+
+
+def test_opt_config_takes_a_float_mode_or_a_flag(tmp_path):
+    graph = layers()[2][1]
+    good = tmp_path / "good.json"
+    good.write_text('{"op": {"trigger_float_op": "float16_act_int_wht", "weight_block_size": 16}}')
+    assert read_opt_config(str(good), graph)["op"] == {"trigger_float_op": "float16_act_int_wht",
+                                                       "weight_block_size": 16}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"op": {"trigger_float_op": "float8_act_int_wht"}}')
+    with pytest.raises(ConfigError, match="trigger_float_op must be true, false or a float mode"):
+        read_opt_config(str(bad), graph)
+
+
+# ---- GPTQ on per-block grids ------------------------------------------------------------------
+class _Problem:
+    """A layer's quadratic problem as round_columns reads it (dense H)."""
+
+    def __init__(self, w, h, scale, zp, qmin, qmax):
+        self.weights, self.H, self.low_rank = w, h, None
+        self.C = w @ h
+        self.damp = torch.full((w.shape[0], 1, 1), 1e-3)
+        self.scale, self.zp, self.qmin, self.qmax = scale, zp, qmin, qmax
+
+    def input_power(self):
+        return self.H.diagonal(dim1=1, dim2=2)
+
+    def error(self, w):
+        d = w - self.weights
+        return float((d @ self.H * d).sum())
+
+
+def test_gptq_on_a_per_block_grid_beats_nearest_rounding():
+    """A scale and zero point per block of 8 inputs: GPTQ's integers stay on each block's
+    grid and their output error is below nearest rounding's (as GPTQ's is per channel)."""
+    torch.manual_seed(0)
+    rows, k, block = 6, 32, 8
+    x = torch.randn(256, k) @ (torch.eye(k) + 0.3 * torch.randn(k, k))     # correlated inputs
+    h = (x.T @ x / 256).unsqueeze(0)
+    w = torch.randn(1, rows, k)
+    lo = w.reshape(rows, -1, block).amin(-1).clamp(max=0)
+    hi = w.reshape(rows, -1, block).amax(-1).clamp(min=0)
+    scale = (15 / (hi - lo)).repeat_interleave(block, dim=-1).unsqueeze(0)
+    zp = (torch.round(lo * scale.reshape(rows, -1, block)[..., 0]) + 8).repeat_interleave(block, -1).unsqueeze(0)
+    problem = _Problem(w, h, scale, zp, -8, 7)
+    q = round_columns(problem, act_order=True, block=16)
+    assert bool((q >= -8).all() and (q <= 7).all()) and torch.equal(q, q.round())
+    nearest = torch.clamp(torch.round(w * scale - zp), -8, 7)
+    dequant = (q + zp) / scale
+    assert problem.error(dequant) < 0.8 * problem.error((nearest + zp) / scale)
