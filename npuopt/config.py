@@ -163,16 +163,29 @@ def _multiplier_bits(s):
 
 
 def _quant_type_unsupported(q) -> str:
-    if q in QUANT_TYPE_BITS or q == "disable":
+    if q in QUANT_TYPE_SETTINGS or q == "disable":
         return ""
-    return f"quant_type '{q}' is not implemented in npuopt yet; disable, w8a8 and w16a16 are"
+    return (f"quant_type '{q}' (fp8/fp4) is not implemented in npuopt yet; disable, "
+            f"{', '.join(QUANT_TYPE_SETTINGS)} are")
 
 
 QUANT_TYPES = ("disable", "w8a8", "w16a16", "w4", "w8", "w4afp16", "w8afp16", "w4abfp16", "w8abfp16", "wfp4",
                "wfp4afp16", "wfp4abfp16", "wfp4afp32", "w4afp8e5m2", "w4afp8e4m3", "wfp4afp8e5m2", "wfp4afp8e4m3",
                "wfp8afp8", "wfp8e5m2afp8e5m2", "wfp8e4m3afp8e4m3", "fp16", "bf16", "bfp16")
-# quant_type: (activation_bits, weight_bits, bias_bits, lut_items_in_bits) it sets
-QUANT_TYPE_BITS = {"w8a8": (8, 8, 32, 8), "w16a16": (16, 16, 48, 10)}
+_W8A8 = dict(activation_bits=8, weight_bits=8, bias_bits=32, lut_items_in_bits=8)
+# the settings each quant_type value sets on the layers it is given for (OPT 4.2 resets
+# quant_type per layer and changes nothing: npuopt gives the names their plain meaning)
+QUANT_TYPE_SETTINGS = {
+    "w8a8": _W8A8,
+    "w16a16": dict(activation_bits=16, weight_bits=16, bias_bits=48, lut_items_in_bits=10),
+    "w4": dict(weight_bits=4), "w8": dict(weight_bits=8),
+    "w4afp16": dict(weight_bits=4, trigger_float_op="float16_act_int_wht"),
+    "w8afp16": dict(weight_bits=8, trigger_float_op="float16_act_int_wht"),
+    "w4abfp16": dict(weight_bits=4, trigger_float_op="bfloat16_act_int_wht"),
+    "w8abfp16": dict(weight_bits=8, trigger_float_op="bfloat16_act_int_wht"),
+    "fp16": dict(trigger_float_op="float16_preferred"),
+    "bf16": dict(trigger_float_op="bfloat16_preferred"), "bfp16": dict(trigger_float_op="bfloat16_preferred"),
+}
 
 
 # ---- global_calibration and mixed_precision_auto_search: OPT's syntax -------------------
@@ -288,7 +301,9 @@ register_field("activation_bits", "8", _int_in(8, 16), "bits of quantized activa
 register_field("bias_bits", "32", _int_in(16, 48), "bits of quantized biases", "an integer from 16 to 48",
                per_layer=True)
 register_field("quant_type", "disable", _choice(*QUANT_TYPES),
-               "sets activation/weight/bias/lut bits at once: w8a8 = 8/8/32/8, w16a16 = 16/16/48/10; disable: the *_bits fields",
+               "sets a layer's format at once: w8a8 = 8/8/32/8 activation/weight/bias/lut bits, w16a16 = 16/16/48/10, "
+               "w4/w8 = 4/8-bit weights, w4afp16/w8afp16 (w4abfp16/w8abfp16) = weight-only 4/8-bit weights with "
+               "float16 (bfloat16) activations, fp16/bf16 = float layers; disable: the other fields",
                ", ".join(QUANT_TYPES), per_layer=True, unsupported=_quant_type_unsupported)
 register_field("multiplier_bits", "", _multiplier_bits,
                "bits of rescale multipliers; empty: the activation bits (at most 15), as the tool chain does",

@@ -194,3 +194,22 @@ def test_gptq_on_a_per_block_grid_beats_nearest_rounding():
     nearest = torch.clamp(torch.round(w * scale - zp), -8, 7)
     dequant = (q + zp) / scale
     assert problem.error(dequant) < 0.8 * problem.error((nearest + zp) / scale)
+
+
+@pytest.mark.parametrize("quant_type, want", [
+    ("w4afp16", dict(weight_bits=4, trigger_float_op="float16_act_int_wht")),
+    ("w8abfp16", dict(weight_bits=8, trigger_float_op="bfloat16_act_int_wht")),
+    ("w4", dict(weight_bits=4, trigger_float_op=False)),
+    ("fp16", dict(trigger_float_op="float16_preferred")),
+])
+def test_quant_type_names_a_format_and_says_so(tmp_path, caplog, quant_type, want):
+    from npuopt.quant.settings import layer_settings, note_settings
+    from test_opt_cfg import tiny
+    cfg = tiny(tmp_path, quant_type=quant_type)
+    graph = read_graph(str(cfg.graph), str(cfg.bin))
+    settings = layer_settings(cfg, graph)
+    with caplog.at_level("INFO", logger="npuopt"):
+        note_settings(cfg, graph, settings)
+    st = settings["conv1"]
+    assert {k: getattr(st, k) for k in want} == want
+    assert sum(m.startswith(f"quant_type {quant_type}: ") for m in caplog.messages) == 1

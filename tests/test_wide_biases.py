@@ -70,7 +70,8 @@ def test_quant_type_w16a16_sets_the_bits_and_says_so(tmp_path, caplog):
     st = next(iter(settings.values()))
     assert (st.activation_bits, st.weight_bits, st.bias_bits, st.lut_items_in_bits) == (16, 16, 48, 10)
     assert st.quantize_method_for_activation == "per_tensor_symmetric_restricted_range"
-    assert sum("quant_type w16a16: 16-bit activations, 16-bit weights, 48-bit biases" in m for m in seen) == 1
+    assert sum("quant_type w16a16: activation_bits = 16, weight_bits = 16, bias_bits = 48, lut_items_in_bits = 10"
+               in m for m in seen) == 1
     assert sum("16-bit activations are quantized per_tensor_symmetric_restricted_range" in m for m in seen) == 1
 
 

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from typing import Dict, Mapping
 
-from ..config import FIELDS, FLOAT_MODES, QUANT_TYPE_BITS, default_of, parse_field
+from ..config import FIELDS, FLOAT_MODES, QUANT_TYPE_SETTINGS, default_of, parse_field
 from ..errors import ConfigError
 from ..logger import OPT_INFO, OPT_WARN
 from ..registry import BOUNDARY_TYPES
@@ -93,10 +93,11 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
         unmatched = pl.unmatched(graph.nodes)
         if unmatched:
             OPT_WARN(f"cfg field '{key}': per-layer part(s) {', '.join(unmatched)} name no layer of the graph")
-    quant_types = sorted({cfg.of("quant_type", n) for n in graph.nodes} & set(QUANT_TYPE_BITS))
+    quant_types = sorted({cfg.of("quant_type", n) for n in graph.nodes} & set(QUANT_TYPE_SETTINGS))
     for q in quant_types:
-        OPT_INFO(f"quant_type {q}: %d-bit activations, %d-bit weights, %d-bit biases, %d-bit lookup tables on every "
-                 f"layer it is set for (OPT 4.2 resets it per layer and changes nothing)" % QUANT_TYPE_BITS[q])
+        what = ", ".join(f"{k} = {v}" for k, v in QUANT_TYPE_SETTINGS[q].items())
+        OPT_INFO(f"quant_type {q}: {what} on every layer it is set for (OPT 4.2 resets it per layer and changes "
+                 f"nothing)")
     if not QuantMethod(cfg.quantize_method_for_activation).symmetric and any(
             st.activation_bits >= 16 for st in settings.values()):
         OPT_INFO(f"16-bit activations are quantized {QuantMethod(cfg.quantize_method_for_activation).to_symmetric()}, "
@@ -146,9 +147,7 @@ def _layer_values(cfg, node, float_ops, graph_outputs) -> dict:
         # a model's outputs are its answer: a clipping strategy that flattens the
         # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
         values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY
-    bits = QUANT_TYPE_BITS.get(cfg.of("quant_type", node))
-    if bits is not None:
-        values.update(zip(("activation_bits", "weight_bits", "bias_bits", "lut_items_in_bits"), bits))
+    values.update(QUANT_TYPE_SETTINGS.get(cfg.of("quant_type", node), {}))
     for key, pl in cfg.per_layer.items():
         if key == "trigger_float_op":
             mode = pl.get(node)
