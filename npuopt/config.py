@@ -154,8 +154,8 @@ def _strategy_unsupported(s) -> str:
     return ""
 
 
-_STRATEGY_ACCEPTS = (f"{IMPLEMENTED_STRATEGIES}; and OPT's in_ir, <N>kld, <R>aciq_laplace, <R>aciq_gauss, "
-                     "weighted_scale_param[a,b,c,d] (stop with a line when npuopt lacks them)")
+_STRATEGY_ACCEPTS = (f"{IMPLEMENTED_STRATEGIES}; and OPT's weighted_scale_param[a,b,c,d] (stops with a line: "
+                     "npuopt lacks it)")
 
 
 def _multiplier_bits(s):
@@ -178,7 +178,9 @@ _W8A8 = dict(activation_bits=8, weight_bits=8, bias_bits=32, lut_items_in_bits=8
 QUANT_TYPE_SETTINGS = {
     "w8a8": _W8A8,
     "w16a16": dict(activation_bits=16, weight_bits=16, bias_bits=48, lut_items_in_bits=10),
-    "w4": dict(weight_bits=4), "w8": dict(weight_bits=8),
+    # w4/w8: weight-only with float16 activations, as the tool chain's QuantType table has them
+    "w4": dict(weight_bits=4, trigger_float_op="float16_act_int_wht"),
+    "w8": dict(weight_bits=8, trigger_float_op="float16_act_int_wht"),
     "w4afp16": dict(weight_bits=4, trigger_float_op="float16_act_int_wht"),
     "w8afp16": dict(weight_bits=8, trigger_float_op="float16_act_int_wht"),
     "w4abfp16": dict(weight_bits=4, trigger_float_op="bfloat16_act_int_wht"),
@@ -302,7 +304,7 @@ register_field("bias_bits", "32", _int_in(16, 48), "bits of quantized biases", "
                per_layer=True)
 register_field("quant_type", "disable", _choice(*QUANT_TYPES),
                "sets a layer's format at once: w8a8 = 8/8/32/8 activation/weight/bias/lut bits, w16a16 = 16/16/48/10, "
-               "w4/w8 = 4/8-bit weights, w4afp16/w8afp16 (w4abfp16/w8abfp16) = weight-only 4/8-bit weights with "
+               "w4/w8 and w4afp16/w8afp16 (w4abfp16/w8abfp16) = weight-only 4/8-bit weights with "
                "float16 (bfloat16) activations, fp16/bf16 = float layers; disable: the other fields",
                ", ".join(QUANT_TYPES), per_layer=True, unsupported=_quant_type_unsupported)
 register_field("multiplier_bits", "", _multiplier_bits,

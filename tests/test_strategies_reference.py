@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from npuopt.quant.statistics import Statistics
-from npuopt.quant.strategies import aciq_laplace_range, kld_range, mse_range, percentile_range
+from npuopt.quant.strategies import calibrate_range, kld_range, mse_range, percentile_range
 
 BINS = 2048
 
@@ -99,9 +99,37 @@ def test_aciq_laplace_matches_the_closed_form_fit(bits):
     # the reference alpha: minimise clipping noise 2 b^2 exp(-a/b) + rounding noise (2a)^2 / (12 * 4^bits)
     a_grid = np.linspace(0.5, 40.0, 400_000)
     alpha = float(a_grid[np.argmin(2 * np.exp(-a_grid) + a_grid ** 2 / (3 * 4 ** bits))])
-    lo, hi = aciq_laplace_range(stats_of(x), bits)
+    lo, hi = calibrate_range(stats_of(x), "aciq_laplace", bits)
     assert hi == pytest.approx(mu + alpha * b, rel=0.01)
     assert lo == pytest.approx(mu - alpha * b, rel=0.01)
+    lo, hi = calibrate_range(stats_of(x), "0.5aciq_laplace", bits)   # <R>aciq_laplace: R times the clip
+    assert hi == pytest.approx(mu + 0.5 * alpha * b, rel=0.01)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_aciq_gauss_matches_the_closed_form_fit(bits):
+    """ACIQ for a Gaussian: clip at mu +- alpha * std, alpha minimising clipping noise
+    2((a^2+1)(1-Phi(a)) - a phi(a)) plus rounding noise a^2 / (3 * 4^bits), computed here on
+    a grid with SciPy-free NumPy (the paper's table: 2.55 at 4 bits, 3.92 at 8)."""
+    x = samples("gaussian") * 2.0 + 0.5
+    mu, std = float(x.mean()), float(x.std())
+    a = np.linspace(0.5, 12.0, 200_000)
+    tail = 0.5 * np.array([math.erfc(v / math.sqrt(2)) for v in a[::100]])
+    grid = a[::100]
+    noise = 2 * ((grid ** 2 + 1) * tail - grid * np.exp(-grid ** 2 / 2) / math.sqrt(2 * math.pi)) \
+        + grid ** 2 / (3 * 4 ** bits)
+    alpha = float(grid[np.argmin(noise)])
+    assert alpha == pytest.approx({4: 2.55, 8: 3.92}[bits], abs=0.02)
+    lo, hi = calibrate_range(stats_of(x), "aciq_gauss", bits)
+    assert hi == pytest.approx(min(mu + alpha * std, x.max()), rel=0.01)
+    assert lo == pytest.approx(max(mu - alpha * std, x.min()), rel=0.01)
+
+
+def test_n_kld_takes_the_widest_of_the_n_best_thresholds():
+    x = samples("laplace")
+    one = kld_range(stats_of(x), 8)[1]
+    ten = calibrate_range(stats_of(x), "10kld", 8)[1]
+    assert ten > one and calibrate_range(stats_of(x), "1kld", 8)[1] == one
 
 
 @pytest.mark.parametrize("p", [99.0, 99.99])
@@ -112,3 +140,24 @@ def test_percentile_matches_numpy(p):
     assert hi == pytest.approx(np.percentile(x, p), abs=width)
     assert lo == pytest.approx(np.percentile(x, 100 - p), abs=width)
     assert not math.isclose(hi, x.max())
+
+
+def test_in_ir_takes_the_irs_range_where_it_states_one(tmp_path):
+    """in_ir: an activation's range is the IR's layer_top_range (read onto the tensor as
+    ir_range), else its extrema, as the tool chain's in_ir does."""
+    from npuopt.ir import read_graph, write_graph
+    from test_quantize_ops import batches, one_layer, quantize
+    graph = one_layer("Activation", [(6,)], dict(method="RELU"))
+    path = tmp_path / "f.txt"
+    write_graph(graph, str(path))
+    top = "layer_top_type=[float32]\n"
+    path.write_text(path.read_text().replace(top, top + "layer_top_range=[[-1.0,3.0]]\n", 1))
+    stated = read_graph(str(path))
+    assert stated.input_tensors[0].ir_range == (-1.0, 3.0)
+    qg = quantize(stated, batches((6,), lo=-0.5, hi=0.5), calibration_strategy_for_activation="in_ir",
+                  quantize_method_for_activation="per_tensor_asymmetric")
+    assert float(qg.input_tensors[0].scale) == pytest.approx(255 / 4.0, rel=1e-3)
+    plain = quantize(one_layer("Activation", [(6,)], dict(method="RELU")), batches((6,), lo=-0.5, hi=0.5),
+                     calibration_strategy_for_activation="in_ir",
+                     quantize_method_for_activation="per_tensor_asymmetric")
+    assert float(plain.input_tensors[0].scale) > 200     # the extrema (about 1 wide)

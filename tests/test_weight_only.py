@@ -199,7 +199,7 @@ def test_gptq_on_a_per_block_grid_beats_nearest_rounding():
 @pytest.mark.parametrize("quant_type, want", [
     ("w4afp16", dict(weight_bits=4, trigger_float_op="float16_act_int_wht")),
     ("w8abfp16", dict(weight_bits=8, trigger_float_op="bfloat16_act_int_wht")),
-    ("w4", dict(weight_bits=4, trigger_float_op=False)),
+    ("w4", dict(weight_bits=4, trigger_float_op="float16_act_int_wht")),
     ("fp16", dict(trigger_float_op="float16_preferred")),
 ])
 def test_quant_type_names_a_format_and_says_so(tmp_path, caplog, quant_type, want):

@@ -250,6 +250,8 @@ def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
             if not check(entry):
                 raise IRError(f"{_at(block, key, path, node.name)}: '{key}' entry '{entry}' is not {expected}")
     node.attrs["ir_top_fields"] = values  # written back as they were when the IR stays float
+    for t, (lo, hi) in zip(node.outputs, values.get("layer_top_range", [])):
+        t.ir_range = (float(lo), float(hi))   # what the in_ir strategy takes
     fields.read_top_fields(node, values)
 
 

@@ -18,10 +18,12 @@ from ..errors import ConfigError
 from .formats import SettingValue
 from .statistics import Statistics
 
-NAMED = ("extrema", "mean", "kld", "mse", "aciq_laplace")
-KNOWN = ", ".join(NAMED) + ", <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std)"
-_PERCENTILE = re.compile(r"(\d+(?:\.\d+)?)percentile")
-_STD = re.compile(r"(\d+(?:\.\d+)?)std")
+NAMED = ("extrema", "mean", "kld", "mse", "aciq_laplace", "aciq_gauss", "in_ir")
+KNOWN = ", ".join(NAMED) + (", <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std), <N>kld (e.g. 10kld), "
+                            "<R>aciq_laplace, <R>aciq_gauss (e.g. 1.5aciq_gauss)")
+_NUMBERED = {"percentile": re.compile(r"(\d+(?:\.\d+)?)percentile"), "std": re.compile(r"(\d+(?:\.\d+)?)std"),
+             "kld": re.compile(r"(\d+)kld"), "aciq_laplace": re.compile(r"(\d+(?:\.\d*)?)aciq_laplace"),
+             "aciq_gauss": re.compile(r"(\d+(?:\.\d*)?)aciq_gauss")}
 
 
 class Strategy(SettingValue):
@@ -48,11 +50,13 @@ def check_strategy(name, where: str = "") -> Strategy:
     s = str(name).strip().lower()
     if s in NAMED:
         return Strategy(s, s)
-    for kind, pattern in (("percentile", _PERCENTILE), ("std", _STD)):
+    for kind, pattern in _NUMBERED.items():
         m = pattern.fullmatch(s)
         if m:
             if kind == "percentile" and not 0 < float(m.group(1)) <= 100:
                 raise ConfigError(f"{where}calibration strategy '{name}': the percentile must be in (0, 100]")
+            if kind != "percentile" and float(m.group(1)) <= 0:
+                raise ConfigError(f"{where}calibration strategy '{name}': the number must be positive")
             return Strategy(s, kind, float(m.group(1)))
     raise ConfigError(f"{where}unknown calibration strategy '{name}' (known: {KNOWN})")
 
@@ -63,7 +67,7 @@ def calibrate_range(stats: Statistics, strategy, bits: int = 8, symmetric: bool 
     s = check_strategy(strategy)
     if stats.empty:
         return 0.0, 0.0
-    if s.kind == "extrema":
+    if s.kind in ("extrema", "in_ir"):  # in_ir: the IR's range where it states one (tensors.activation_range)
         return stats.min, stats.max
     if s.kind == "mean":
         return stats.running_min, stats.running_max
@@ -72,11 +76,13 @@ def calibrate_range(stats: Statistics, strategy, bits: int = 8, symmetric: bool 
     elif s.kind == "percentile":
         lo, hi = percentile_range(stats, s.number)
     elif s.kind == "kld":
-        lo, hi = kld_range(stats, bits)
+        lo, hi = kld_range(stats, bits, int(s.number or 1))
     elif s.kind == "mse":
         lo, hi = mse_range(stats, bits, symmetric)
+    elif s.kind == "aciq_gauss":
+        lo, hi = aciq_range(stats, gauss_alpha(bits) * stats.std * (s.number or 1.0))
     else:
-        lo, hi = aciq_laplace_range(stats, bits)
+        lo, hi = aciq_range(stats, laplace_alpha(bits) * _mean_abs_deviation(stats) * (s.number or 1.0))
     return _clip_to_extrema(stats, lo, hi)
 
 
@@ -147,9 +153,11 @@ def _abs_hist(stats: Statistics):
     return h, n * width
 
 
-def kld_range(stats: Statistics, bits: int = 8) -> Tuple[float, float]:
+def kld_range(stats: Statistics, bits: int = 8, widest_of: int = 1) -> Tuple[float, float]:
     """TensorRT's entropy calibration on the |x| histogram: the threshold T whose
-    clipped-and-quantized distribution Q is closest (KL(P||Q)) to the reference P.
+    clipped-and-quantized distribution Q is closest (KL(P||Q)) to the reference P;
+    `<N>kld` takes the widest of the N thresholds closest to P (the tool chain's way of
+    making the choice steadier).
 
     The bin holding 0 is left out: 0 is exact under every threshold (ranges always
     include it), and the spike of zeros after a ReLU would otherwise, merged with
@@ -163,7 +171,7 @@ def kld_range(stats: Statistics, bits: int = 8) -> Tuple[float, float]:
     nbins = h.numel()
     if nbins <= levels:
         return _signed(stats, absmax)
-    best_t, best_kl = nbins, float("inf")
+    tried = []
     h_np = h.numpy()
     tail = np.cumsum(h_np[::-1])[::-1]
     step = max(1, (nbins - levels) // 512)
@@ -184,9 +192,8 @@ def kld_range(stats: Statistics, bits: int = 8) -> Tuple[float, float]:
             continue
         p, q = p / ps, q / qs
         mask = p > 0
-        kl = float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12))))
-        if kl < best_kl:
-            best_kl, best_t = kl, i
+        tried.append((float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12)))), i))
+    best_t = max(i for _, i in sorted(tried)[:widest_of]) if tried else nbins
     threshold = (best_t + 0.5) * absmax / nbins
     return _signed(stats, threshold)
 
@@ -229,14 +236,34 @@ def laplace_alpha(bits: int) -> float:
     return best_a
 
 
-def aciq_laplace_range(stats: Statistics, bits: int = 8):
-    """ACIQ: fit a Laplace(mu, b) (b = mean |x - mu|, from the histogram) and clip at mu +- alpha*b."""
-    mu = stats.mean
+@functools.lru_cache(maxsize=None)
+def gauss_alpha(bits: int) -> float:
+    """Optimal clip of a N(0, 1) variable for `bits`-bit uniform quantization: argmin over
+    a of the clipping noise 2((a^2 + 1)(1 - Phi(a)) - a phi(a)) plus the rounding noise
+    a^2 / (3 * 4^bits) (ACIQ, Banner et al. 2019: 3.92 at 8 bits)."""
+    best_a, best_e = 1.0, float("inf")
+    a = 0.5
+    while a < 40.0:
+        tail = 0.5 * math.erfc(a / math.sqrt(2))
+        density = math.exp(-a * a / 2) / math.sqrt(2 * math.pi)
+        e = 2 * ((a * a + 1) * tail - a * density) + a * a / (3 * 4 ** bits)
+        if e < best_e:
+            best_a, best_e = a, e
+        a += 0.001
+    return best_a
+
+
+def _mean_abs_deviation(stats: Statistics) -> float:
+    """b of a Laplace(mu, b) fit: the mean |x - mu|, from the histogram."""
     centres = stats.bin_centres()
     total = float(stats.hist.sum())
-    b = float((stats.hist * (centres - mu).abs()).sum()) / max(total, 1e-300)
-    nonneg = stats.hist_lo >= 0
-    alpha = laplace_alpha(bits) * b
-    if nonneg:
+    return float((stats.hist * (centres - stats.mean).abs()).sum()) / max(total, 1e-300)
+
+
+def aciq_range(stats: Statistics, alpha: float):
+    """ACIQ: clip at mu +- alpha (alpha the fitted distribution's optimal clip, times the
+    strategy's number R in <R>aciq_*), from the minimum up where no value is negative."""
+    mu = stats.mean
+    if stats.hist_lo >= 0:
         return stats.min, mu + alpha
     return mu - alpha, mu + alpha

@@ -23,13 +23,17 @@ class Unsupported(QuantizeError):
 # ---- activations ------------------------------------------------------------
 def activation_range(node, t: PyTensor, symmetric: bool):
     """(lo, hi) of activation t: the range planned for it (t.planned_range, set by a
-    global calibration method or a plugin), or the one from its statistics and the
-    layer's strategy, widened to include 0 and to a grid that last-bit differences of
-    float sums do not cross (outward_to_grid)."""
+    global calibration method or a plugin), the IR's layer_top_range under the in_ir
+    strategy, or the one from its statistics and the layer's strategy, widened to
+    include 0 and to a grid that last-bit differences of float sums do not cross
+    (outward_to_grid)."""
     if t.planned_range is not None:
         lo, hi = t.planned_range
         return min(lo, 0.0), max(hi, 0.0)
     st = settings_of(node)
+    if st.calibration_strategy_for_activation.kind == "in_ir" and t.ir_range is not None:
+        lo, hi = t.ir_range   # the IR's layer_top_range (a parser IR of a quantized model)
+        return min(lo, 0.0), max(hi, 0.0)
     stats: Optional[Statistics] = t.statistics
     if stats is None or stats.empty:
         raise QuantizeError(f"layer '{node.name}': tensor '{t.name}' has no calibration statistics")
