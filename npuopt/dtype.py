@@ -134,6 +134,18 @@ _TORCH = {
 }
 
 
+def fit_float(value: torch.Tensor, dtype: Dtype) -> torch.Tensor:
+    """float32 values rounded to the nearest of float dtype `dtype` (round half to even),
+    clamped to its finite range first (infinities stay), as the tool chain stores a
+    float16/bfloat16 tensor; float32 values of other dtypes as they are."""
+    if dtype not in (Dtype.FP16, Dtype.BFP16):
+        return value
+    limit = torch.finfo(dtype.torch_dtype).max
+    v = value.to(torch.float32)
+    v = torch.where(torch.isinf(v), v, v.clamp(-limit, limit))
+    return v.to(dtype.torch_dtype).to(torch.float32)
+
+
 def bytes_to_tensor(raw: np.ndarray, dtype: Dtype, shape) -> torch.Tensor:
     """Turn raw little-endian bytes into a backend tensor of `dtype` and `shape`. A
     writable `raw` the caller hands over becomes the tensor's memory where the types

@@ -6,7 +6,7 @@ from typing import Dict, List
 import torch
 
 from .config import FIELDS, default_of
-from .dtype import Dtype
+from .dtype import Dtype, fit_float
 from .errors import GraphError, IRError
 from .quant.qmath import dequantize
 from .quant.settings import COMPASS_CFG_ATTRS, settings_of
@@ -209,24 +209,33 @@ class PyNode:
     def forward(self, *args):
         with self._weights_in_float():
             out = self._call(OP_FORWARDS, "forward", args)
-        if not self.quantized and self.placeholders:
-            self._observe_placeholders()
+        if not self.quantized:
+            for t in self.outputs:  # a float16/bfloat16 top holds values of its type
+                if t.dtype in (Dtype.FP16, Dtype.BFP16) and t.betensor.is_floating_point():
+                    t.betensor = fit_float(t.betensor, t.dtype)
+            if self.placeholders:
+                self._observe_placeholders()
         return out
 
     @contextlib.contextmanager
     def _weights_in_float(self):
-        """A layer kept in float whose weights are integers (weight-only quantization)
-        computes with them dequantized, whatever its type, its forward a float one."""
-        c = self.constants.get("weights")
-        if self.quantized or c is None or not c.is_quantized:
-            yield
-            return
-        q, dtype = c.betensor, c.dtype
-        c.betensor, c.dtype = dequantize(q, c.broadcast_scale, c.broadcast_zerop), Dtype.FP32
+        """A layer kept in float computes in float32: integer weights (weight-only
+        quantization) dequantized, whatever its type, and float16/bfloat16 constants (as an
+        IR read back holds them) as float32 values."""
+        kept = {}
+        if not self.quantized:
+            for key, c in self.constants.items():
+                if key == "weights" and c.is_quantized:
+                    kept[key] = c.betensor, c.dtype
+                    c.betensor, c.dtype = dequantize(c.betensor, c.broadcast_scale, c.broadcast_zerop), Dtype.FP32
+                elif c.betensor.dtype in (torch.float16, torch.bfloat16):
+                    kept[key] = c.betensor, c.dtype
+                    c.betensor = c.betensor.to(torch.float32)
         try:
             yield
         finally:
-            c.betensor, c.dtype = q, dtype
+            for key, (value, dtype) in kept.items():
+                self.constants[key].betensor, self.constants[key].dtype = value, dtype
 
     def quantize(self, *args):
         return self._call(OP_QUANTIZERS, "quantize", args)

@@ -74,6 +74,22 @@ def computes_in_integers(layer: Layer, infos: Dict[str, TensorInfo]) -> bool:
     return not any(floats)
 
 
+def to_float_type(x: np.ndarray, name: str) -> np.ndarray:
+    """float32 values as a float16 or bfloat16 top holds them: the nearest value of the type
+    (half to even), clamped to its finite range first (infinities stay)."""
+    if name == "float16":
+        limit = np.float32(np.finfo(np.float16).max)
+        return np.where(np.isinf(x), x, np.clip(x, -limit, limit)).astype(np.float16).astype(np.float32)
+    if name == "bfloat16":
+        limit = np.float32(3.3895313892515355e38)
+        x = np.where(np.isinf(x), x, np.clip(x, -limit, limit)).astype(np.float32)
+        bits = x.view(np.uint32).astype(np.uint64)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        rounded = np.where(np.isnan(x), bits, rounded).astype(np.uint32)
+        return rounded.view(np.float32)
+    return x
+
+
 def topological(model: Model) -> List[Layer]:
     """Layers in an order where every tensor is written before it is read."""
     written = set()
@@ -173,13 +189,14 @@ class Runner:
                                   f"take it as quantized {info.dtype.name} values, or give floats to quantize")
 
     def prepare_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool) -> List[np.ndarray]:
-        """Check the inputs against the IR; quantize float ones with the Input layer's scale/zp."""
+        """Check the inputs against the IR; quantize float ones with the Input layer's scale/zp
+        (a float16/bfloat16 input: its nearest values)."""
         self.check_inputs(arrays, integer_input)
         values = []
         for name, x in zip(self.model.inputs, arrays):
             info = self.infos[name]
             if not info.is_int:
-                values.append(x.astype(np.float32))
+                values.append(to_float_type(x.astype(np.float32), info.dtype.name))
             elif integer_input:
                 x = x.astype(np.int64)
                 lo, hi = info.dtype.qmin, info.dtype.qmax
@@ -292,5 +309,5 @@ class Runner:
             if out.size and (out.min() < info.dtype.qmin or out.max() > info.dtype.qmax):
                 raise layer.error(f"'{info.name}' holds [{out.min()}, {out.max()}] outside {info.dtype.name}")
         else:
-            out = out.astype(np.float32, copy=False)
+            out = to_float_type(out.astype(np.float32, copy=False), info.dtype.name)
         return out

@@ -207,7 +207,7 @@ def test_per_layer_values_reach_the_right_layers(per_layer_run):
     assert layers["pw"]["layer_top_type"] in ("[int8]", "[uint8]")
     assert template["conv1"]["quantize_method_for_weight"].startswith("per_channel")
     assert template["pool1"]["quantize_method_for_weight"].startswith("per_tensor")
-    assert layers["prob"]["layer_top_type"] == "[float32]" and template["prob"]["trigger_float_op"] == "float16_preferred"
+    assert layers["prob"]["layer_top_type"] == "[float16]" and template["prob"]["trigger_float_op"] == "float16_preferred"
 
 
 def test_qinvariant_start_node_is_written_as_int32(per_layer_run):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import REPO
+from npuopt.dtype import Dtype, fit_float
 from npuopt.errors import ConfigError, QuantizeError
 from npuopt.ir import read_graph, write_graph
 from npuopt.quant import formats
@@ -91,15 +92,16 @@ def test_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, ind
     node = qg.node("op")
     c = node.constants["weights"]
     assert not node.quantized and c.is_quantized and c.betensor.dtype == torch.int8 and qg.quantized
-    # the float layer with the weights dequantized by hand is what the quantized graph computes
+    # the float layer with the weights dequantized by hand, its input and output rounded to
+    # float16 (float16_act_int_wht), is what the quantized graph computes
     x = list(data[-1])
     got = qg.forward(x)[0].clone()
     fl = graph.node("op").constants["weights"]
     kept = fl.betensor
     fl.betensor = (c.betensor.float() + c.broadcast_zerop) * (1.0 / c.broadcast_scale)
-    want = graph.forward(x)[0]
+    want = fit_float(graph.forward([fit_float(x[0], Dtype.FP16)])[0], Dtype.FP16)
     fl.betensor = kept
-    assert torch.equal(got, want)
+    assert torch.equal(got, want) and qg.output_tensors[0].dtype is Dtype.FP16
     # written and read back: the same weights, the same outputs
     path = tmp_path / "q_o.txt"
     write_graph(qg, str(path))
@@ -108,14 +110,16 @@ def test_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, ind
     assert ("weight_block_size=%d" % block in text) == method.startswith("per_block")
     back = read_graph(str(path))
     assert torch.equal(back.forward(x)[0], got)
-    # npuopt-run, on its own (float32 sums: within float rounding)
+    # npuopt-run, on its own (float32 sums in another order: within one float16 step where
+    # a sum lies on a rounding edge of the float16 output)
     np.save(tmp_path / "x.npy", x[0].numpy())
     out = tmp_path / "run.npz"
     result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(path), "-i", str(tmp_path / "x.npy"),
                              "-o", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     ran = np.load(out)[qg.output_tensors[0].name]
-    np.testing.assert_allclose(ran, got.numpy(), rtol=1e-5, atol=1e-5 * float(got.abs().max()))
+    np.testing.assert_allclose(ran, got.numpy(), rtol=2 ** -10, atol=1e-5 * float(got.abs().max()))
+    assert (ran == got.numpy()).mean() > 0.9
 
 
 def test_per_block_weights_on_an_integer_layer_stop_with_one_line():

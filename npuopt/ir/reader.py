@@ -261,9 +261,8 @@ def _is_quantized_ir(header, graph) -> bool:
     weights' (weight-only quantization: weights_scale)."""
     if "compat_quantized_model" in header:
         return False
-    return any(t.dtype.is_integer and "layer_top_scale" in node.attrs.get("ir_top_fields", {})
-               for node in graph.nodes for t in node.outputs) or \
-        any("weights_scale" in node.constants or "weights_scale" in node.params for node in graph.nodes)
+    return any(any(t.dtype.is_integer for t in node.outputs) and "layer_top_scale" in node.attrs.get("ir_top_fields", {})
+               or "weights_scale" in node.constants or "weights_scale" in node.params for node in graph.nodes)
 
 
 def _deduce_quantized(node: PyNode) -> None:

@@ -14,7 +14,7 @@ from ..node import PyNode
 from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings
-from .tensors import QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights_only
+from .tensors import QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights_only, store_in_float
 
 
 def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
@@ -56,6 +56,7 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
         node.attrs["qsettings"] = settings.get(node.name) or settings[node.attrs["boundary_of"]]
         if node.name in keep_float:
             quantize_weights_only(node)
+            store_in_float(node)
             continue
         inputs_before = [_quantization(t) for t in node.inputs]
         try:
@@ -96,6 +97,7 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
         if not node.quantized:  # kept in float: only its weights are quantized again
             if not quantize_weights_only(fresh):
                 return None
+            store_in_float(fresh)
             fresh.params["unquantifiable"] = True
             qgraph.nodes[index] = fresh
             qgraph.replace_tensors({t.name: t for t in fresh.outputs})
@@ -184,11 +186,13 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
             if t.qinvariant or (src.name in keep_float or src.type == OpType.DeQuantize) == is_float:
                 continue
             kind = OpType.DeQuantize if is_float else OpType.Quantize
-            key = (kind, t.name)
+            # a DeQuantize gives the float dtype its reader computes in (float16, bfloat16)
+            float_dtype = settings[node.name].float_dtype if node.name in keep_float else Dtype.FP32
+            key = (kind, t.name, float_dtype)
             if key not in made:
                 suffix = "dequantize" if is_float else "quantize"
                 b = PyNode(_unique(graph, f"{t.name}_{suffix}"), kind)
-                nt = PyTensor(b.name, t.betensor, Dtype.FP32 if is_float else t.dtype, t.ir_shape)
+                nt = PyTensor(b.name, t.betensor, float_dtype if is_float else t.dtype, t.ir_shape)
                 nt.statistics = t.statistics
                 b.inputs, b.outputs = [t], [nt]
                 b.attrs["boundary_of"] = node.name

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Dict, Mapping
 
 from ..config import FIELDS, FLOAT_MODES, QUANT_TYPE_SETTINGS, default_of, parse_field
+from ..dtype import Dtype
 from ..errors import ConfigError
 from ..logger import OPT_INFO, OPT_WARN
 from ..registry import BOUNDARY_TYPES
@@ -69,6 +70,13 @@ class QuantSettings:
             object.__setattr__(self, key, value)
 
     @property
+    def float_dtype(self) -> Dtype:
+        """The dtype a layer kept in float computes and stores in: float16 or bfloat16 as
+        its float mode says (float16_preferred, bfloat16_act_int_wht, ...), else float32."""
+        mode = self.trigger_float_op if isinstance(self.trigger_float_op, str) else ""
+        return Dtype.BFP16 if mode.startswith("bfloat16") else Dtype.FP16 if mode.startswith("float16") else Dtype.FP32
+
+    @property
     def weight_only(self) -> bool:
         """Kept in float with integer weights (a *_act_int_wht float mode)."""
         return isinstance(self.trigger_float_op, str) and "_act_int_wht" in self.trigger_float_op
@@ -109,9 +117,9 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
                  "Convolution, DepthwiseConv, Convolution3D and FullyConnected ahead)")
     modes = cfg.per_layer.get("trigger_float_op")
     if modes is not None and any(m != "disable" for m in modes.values()):
-        OPT_INFO("trigger_float_op: layers in a float mode are kept in float; npuopt computes and "
-                 "writes their activations in float32 (it does not emulate float16/bfloat16); *_act_int_wht "
-                 "modes store the weights of linear layers as integers (weight-only quantization)")
+        OPT_INFO("trigger_float_op: layers in a float mode are kept in float: computed in float32, their tops "
+                 "and constants (biases aside) rounded to and written as float16/bfloat16 in those modes; "
+                 "*_act_int_wht modes store the weights of linear layers as integers (weight-only quantization)")
     restricted = sorted({st.quantize_method_for_weight for st in settings.values() if st.weight_bits <= 4
                          and not st.quantize_method_for_weight.full_range})
     if restricted:

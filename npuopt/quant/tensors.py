@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from ..dtype import Dtype
+from ..dtype import Dtype, fit_float
 from ..errors import QuantizeError
 from ..tensor import PyTensor
 from . import formats, qmath
@@ -291,6 +291,22 @@ def quantize_weights_only(node) -> bool:
         return False
     quantize_weights(node, "weights", axis=0)
     return True
+
+
+def store_in_float(node) -> None:
+    """A layer kept in float, in its settings' float dtype (float16/bfloat16): its float
+    tops take that dtype (PyNode.forward rounds them to it), its float constants are
+    rounded to it, but biases and negative slopes, which stay float32, as the tool chain
+    stores them."""
+    dtype = settings_of(node).float_dtype
+    if dtype is Dtype.FP32:
+        return
+    for t in node.outputs:
+        if t.dtype.is_float:
+            t.dtype = dtype
+    for key, c in node.constants.items():
+        if c.dtype.is_float and key not in ("biases", "negative_slope"):
+            c.betensor, c.dtype = fit_float(c.betensor, dtype), dtype   # a new tensor: the float graph's stays
 
 
 def cached_by_weights(node, name: str, extra: tuple, build):

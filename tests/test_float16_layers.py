@@ -1,0 +1,81 @@
+"""Issue 24, float16/bfloat16 layers: a layer kept in float in a float16 or bfloat16 mode
+(trigger_float_op = float16_preferred, bfloat16_preferred, *_act_int_wht) computes in
+float32 and holds values of its type: its tops are written as that type and rounded to it
+(clamped to its finite range, half to even), its float constants too, but its biases,
+which stay float32; a DeQuantize before it gives that type. The IR read back and
+npuopt-run compute the same. OPT's forward reads them as npuopt does: the conformance
+setting `float16_conv` (within one float16 step where float sums round differently)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+from npuopt.dtype import Dtype, fit_float
+from npuopt.ir import read_graph, write_graph
+from npuopt.ir.builder import GraphBuilder
+from npuopt.quant.calibration import Calibrator, attach_statistics
+from npuopt.quant.quantizer import build_quantized_graph, float_layers
+from npuopt.quant.settings import QuantSettings
+from npuopt_run.runner import to_float_type
+from test_ops_conv import params_of
+from test_quantize_ops import batches
+
+
+def conv_between_integer_layers(mode):
+    """input -> conv1 (integers) -> conv2 (kept in float, `mode`) -> relu (integers)."""
+    torch.manual_seed(0)
+    b = GraphBuilder("t")
+    x = b.input("in", [1, 6, 6, 3])
+    params = params_of((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, 4, "NONE")
+    a = b.layer("Convolution", "conv1", [x], params, {"weights": torch.randn(4, 3, 3, 3), "biases": torch.randn(4)})
+    c = b.layer("Convolution", "conv2", a, params, {"weights": torch.randn(4, 3, 3, 4) * 100,
+                                                     "biases": torch.randn(4) * 1e-3})
+    r = b.layer("Activation", "relu", c, dict(method="RELU"))
+    graph = b.build(r)
+    graph.mark_integer_tensors()
+    data = batches((6, 6, 3))
+    attach_statistics(graph, Calibrator(graph, 512, 0.9).run([list(d) for d in data]))
+    settings = {n.name: QuantSettings(trigger_float_op=mode if n.name == "conv2" else False) for n in graph.nodes}
+    qg, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
+    return graph, qg, data
+
+
+@pytest.mark.parametrize("mode, dtype", [("float16_preferred", Dtype.FP16), ("bfloat16_preferred!", Dtype.BFP16)])
+def test_a_float16_layer_holds_values_of_its_type(tmp_path, mode, dtype):
+    graph, qg, data = conv_between_integer_layers(mode)
+    conv = qg.node("conv2")
+    assert not conv.quantized and conv.outputs[0].dtype is dtype and conv.inputs[0].dtype is dtype
+    assert conv.constants["weights"].dtype is dtype and conv.constants["biases"].dtype is Dtype.FP32
+    w = conv.constants["weights"].betensor
+    assert torch.equal(w, fit_float(w, dtype)) and not torch.equal(w, graph.node("conv2").constants["weights"].betensor)
+    x = list(data[-1])
+    got = qg.forward(x, keep_tensors=True)[0].clone()
+    top = conv.outputs[0].betensor
+    assert torch.equal(top, fit_float(top, dtype))          # every value is one of the type's
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    text = path.read_text()
+    assert f"layer_top_type=[{dtype.value}]" in text and f"weights_type={dtype.value}" in text
+    back = read_graph(str(path))
+    assert torch.equal(back.forward(x)[0], got)
+    np.save(tmp_path / "x.npy", x[0].numpy())
+    out = tmp_path / "run.npz"
+    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(path), "-i", str(tmp_path / "x.npy"),
+                             "-o", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    ran = np.load(out)[qg.output_tensors[0].name]
+    assert np.abs(ran.astype(np.int64) - got.numpy().astype(np.int64)).max() <= 1   # a float16 step at most
+
+
+def test_values_beyond_the_type_are_clamped_and_infinities_kept():
+    x = torch.tensor([70000.0, -1e6, float("inf"), 1.0 + 2 ** -12, float("nan")])
+    y = fit_float(x, Dtype.FP16)
+    assert y[:4].tolist() == [65504.0, -65504.0, float("inf"), 1.0] and torch.isnan(y[4])
+    assert fit_float(torch.tensor([1.0 + 2 ** -9]), Dtype.BFP16).item() == 1.0
+    ours = fit_float(torch.linspace(-3e5, 3e5, 1001), Dtype.FP16).numpy()
+    np.testing.assert_array_equal(to_float_type(np.linspace(-3e5, 3e5, 1001, dtype=np.float32), "float16"), ours)
+    v = torch.randn(10000) * 1e3
+    np.testing.assert_array_equal(to_float_type(v.numpy(), "bfloat16"), fit_float(v, Dtype.BFP16).numpy())
