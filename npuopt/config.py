@@ -426,7 +426,9 @@ register_field("remain_shift", "", lambda s: _int_in(0, 32)(s) if s.strip() else
 register_field("force_dtype_int", "false", _bool, "layers whose outputs would be unsigned (a range without "
                "negative values) get signed integer outputs, as the tool chain's force_dtype_int does", _B,
                per_layer=True)
-_not_yet("force_shift_positive", "false", _bool, _B, "force non-negative rescale shifts", "force_shift_positive", per_layer=True)
+register_field("force_shift_positive", "false", _bool, "rescales get no negative shift: where the multiplier's "
+               "bits cannot reach a ratio that large, the shift is 0 and the multiplier the largest (saturating), "
+               "as the tool chain's force_shift_positive does", _B, per_layer=True)
 _not_yet("fake_quant_scopes_for_debug", "", _pattern(r"|\[(\(\d+,\d+\),?)+\]"), "[(i,j),...]",
          "layer-id ranges run in float inside the quantized forward (debugging)", "fake_quant_scopes_for_debug")
 _not_yet("fake_quant_operators_for_debug", "", as_text, "layer types", "layer types run in float inside the quantized forward (debugging)",

@@ -8,6 +8,7 @@ import torch
 from .config import FIELDS, default_of
 from .dtype import Dtype, fit_float
 from .errors import GraphError, IRError
+from .quant.fields import positive_shifts
 from .quant.qmath import dequantize
 from .quant.settings import COMPASS_CFG_ATTRS, settings_of
 from .quant.statistics import Statistics
@@ -238,7 +239,8 @@ class PyNode:
                 self.constants[key].betensor, self.constants[key].dtype = value, dtype
 
     def quantize(self, *args):
-        return self._call(OP_QUANTIZERS, "quantize", args)
+        with positive_shifts(self.force_shift_positive):
+            return self._call(OP_QUANTIZERS, "quantize", args)
 
     def _call(self, registry, what: str, args):
         """The registered function of this layer type; a user's plugin sees the tensors in

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from npuopt.dtype import Dtype
-from npuopt.ir import read_graph
+from npuopt.ir import read_graph, write_graph
 from npuopt.quant.settings import QuantSettings, layer_settings, note_settings
 from test_opt_cfg import tiny
 from test_quantize_ops import batches, check, one_layer, quantize
@@ -159,3 +159,20 @@ def test_remain_shift_is_an_attr_where_the_tool_chain_sets_it():
     assert "remain_shift" not in pool.attrs and "remain_shift" not in other.attrs
     with pytest.raises(KeyError):
         other.attrs["remain_shift"]
+
+
+def test_force_shift_positive_saturates_a_rescale_that_needs_a_negative_shift(tmp_path):
+    """force_shift_positive (per layer, as the tool chain's): a CLIP of a huge input range
+    to a tiny output needs ratio ~2^27, a negative shift (-20 at 8-bit multipliers); with
+    it the shift is 0 and the multiplier the largest, and the forward follows the IR."""
+    outputs = {}
+    for force in (False, True):
+        graph = one_layer("Activation", [(8,)], dict(method="CLIP", clip_min=0.0, clip_max=1e-3))
+        data = batches((8,), lo=-1e5, hi=1e5)
+        qg = quantize(graph, data, cfg_attrs={"force_shift_positive": force})
+        params = qg.node("op").params
+        outputs[force] = (params["scale_value"], params["shift_value"])
+        path = tmp_path / f"{force}_o.txt"
+        write_graph(qg, str(path))
+        assert torch.equal(read_graph(str(path)).forward(list(data[0]))[0], qg.forward(list(data[0]))[0])
+    assert outputs[False][1] < 0 and outputs[True] == (255, 0)

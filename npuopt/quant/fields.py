@@ -13,6 +13,8 @@ fields of the tool chain's quantized format (docs/integer-semantics.md, "IR fiel
   weights and biases (`weights_scale`, `weights_zp`, `biases_scale`,
   `biases_zp`: params per tensor, constants per channel).
 """
+import contextlib
+import contextvars
 from dataclasses import dataclass
 from typing import List, Optional, Union
 
@@ -50,6 +52,21 @@ def set_constant(node, name: str, value: torch.Tensor, dtype: Dtype) -> PyTensor
     return t
 
 
+_POSITIVE_SHIFTS = contextvars.ContextVar("force_shift_positive", default=False)
+
+
+@contextlib.contextmanager
+def positive_shifts(on: bool):
+    """Rescales made inside (Rescale.from_ratio) get no negative shift: a negative one
+    becomes 0 with the largest multiplier, as the tool chain's force_shift_positive does.
+    PyNode.quantize sets it from the layer's setting around its quantize function."""
+    token = _POSITIVE_SHIFTS.set(bool(on))
+    try:
+        yield
+    finally:
+        _POSITIVE_SHIFTS.reset(token)
+
+
 def _param_or_constant(node, param: str, constant: str):
     if constant in node.constants:
         return node.constants[constant].betensor.to(torch.int64)
@@ -71,11 +88,15 @@ class Rescale:
         return isinstance(self.multiplier, torch.Tensor) and self.multiplier.numel() > 1
 
     @classmethod
-    def from_ratio(cls, ratio, mult_bits: int, force_shift_positive: bool = False,
+    def from_ratio(cls, ratio, mult_bits: int, force_shift_positive: Optional[bool] = None,
                    unify_shifts: bool = True) -> "Rescale":
         """The multiplier/shift of `ratio` (a number, or a tensor per channel), as the
         tool chain chooses them: at most `mult_bits` (<= 15) bits; per channel with
-        one common shift and multipliers <= 32767 unless `unify_shifts` is off."""
+        one common shift and multipliers <= 32767 unless `unify_shifts` is off; no
+        negative shift with `force_shift_positive` (None: the setting of the layer being
+        quantized, `positive_shifts`)."""
+        if force_shift_positive is None:
+            force_shift_positive = _POSITIVE_SHIFTS.get()
         m, s = qmath.scale_approximation(ratio, mult_bits, force_shift_positive=force_shift_positive)
         if isinstance(m, torch.Tensor) and m.numel() > 1:
             if unify_shifts:
