@@ -448,8 +448,10 @@ register_field("unify_scales_for_multi_inputs_operators", "",
                "the branches' scales or the layer's output range (out); skip leaves them alone; npuopt gives the "
                "branches identical grids, so the threshold has nothing to ignore",
                "[(Type, search_depth, threshold, max|min|avg|out|skip), ...]", per_layer=True)
-_not_yet("unify_scales_for_kvc_concat", "false", _bool, _B, "steady the scales of self-regressive (KV cache) Concat layers",
-         "unify_scales_for_kvc_concat", per_layer=True)
+register_field("unify_scales_for_kvc_concat", "false", _bool,
+               "key/value cache Concat layers (inputs from an Input or all-zero Constant and one other layer): the "
+               "cache inputs take the other input's range, so the cache keeps one grid from step to step", _B,
+               per_layer=True)
 register_field("activation_perchannel_min_elements", "1", _int_in(1, 1 << 30),
                "fewest elements per channel for per-channel activations", "an integer >= 1",
                unsupported=lambda v: "" if v == 1 else "activation_perchannel_min_elements other than 1 is not "

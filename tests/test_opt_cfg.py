@@ -152,7 +152,6 @@ def test_unknown_field_names_the_closest(tmp_path):
     ("calibration_strategy_for_weight", "weighted_scale_param[0.1,0.2,0.3,0.4]", "is not implemented"),
     ("quant_type", "wfp8afp8", "quant_type 'wfp8afp8' (fp8/fp4) is not implemented"),
     ("trigger_float_op", "float16_act_fp8e4m3fn_wht", "fp8/fp4 weights with float activations"),
-    ("unify_scales_for_kvc_concat", "true", "unify_scales_for_kvc_concat is not implemented"),
 ])
 def test_what_npuopt_lacks_stops_with_one_line(tmp_path, field, value, said):
     with pytest.raises(ConfigError) as info:

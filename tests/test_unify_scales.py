@@ -150,3 +150,36 @@ def test_multi_inputs_operators_warn_about_types_the_graph_lacks(tmp_path, caplo
     with caplog.at_level("WARNING", logger="npuopt"):
         run(tmp_path, "false", **{MULTI: "[(ScatterND, 20, 1.05, min)]"})
     assert f"{MULTI}: the graph has no layer of type(s) scatternd" in caplog.text
+
+
+def test_a_kv_cache_concat_gives_its_cache_input_the_other_inputs_grid():
+    """unify_scales_for_kvc_concat: Concat(cache Input, FullyConnected(x)): the cache input
+    is quantized on the FullyConnected's output grid (its own range is 100 times smaller),
+    so the Concat copies both; a Concat of two computed inputs is left alone."""
+    from npuopt.ir.builder import GraphBuilder
+    from npuopt.quant.calibration import Calibrator, attach_statistics
+    from npuopt.quant.quantizer import build_quantized_graph, float_layers
+    from npuopt.quant.settings import QuantSettings
+    from npuopt.quant.unify_scales import kv_cache_inputs, unify_kv_cache_concats
+
+    class Cfg:
+        def of(self, field, node):
+            return True
+    b = GraphBuilder("kvc")
+    cache, x = b.input("cache", [1, 3, 8]), b.input("x", [1, 1, 8])
+    fc = b.layer("FullyConnected", "fc", [x], dict(num_output=8, with_activation="NONE"),
+                 {"weights": torch.randn(8, 8) * 3, "biases": torch.zeros(8)})
+    out = b.layer("Concat", "kv", [cache] + fc, dict(axis=1))
+    graph = b.build(out)
+    graph.mark_integer_tensors()
+    data = [(torch.randn(2, 3, 8) * 0.05, torch.randn(2, 1, 8)) for _ in range(3)]
+    attach_statistics(graph, Calibrator(graph, 512, 0.9).run([list(d) for d in data]))
+    settings = {n.name: QuantSettings(calibration_strategy_for_activation="extrema") for n in graph.nodes}
+    for node in graph.nodes:   # as the run's plan sets them
+        node.attrs["qsettings"] = settings[node.name]
+    assert [t.name for t in kv_cache_inputs(graph, graph.node("kv"))] == ["cache"]
+    assert unify_kv_cache_concats(Cfg(), graph) == ["cache"]
+    qg, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
+    cache_t, fc_t = qg.node("kv").inputs
+    assert (cache_t.scale, cache_t.zerop, cache_t.dtype) == (fc_t.scale, fc_t.zerop, fc_t.dtype)
+    assert kv_cache_inputs(graph, graph.node("fc")) == []

@@ -182,9 +182,49 @@ def unify_input_scales(graph, qgraph, rules: Dict[str, UnifyRule], field: str) -
     return planned
 
 
+def kv_cache_inputs(graph, node) -> list:
+    """The cache inputs of a key/value-cache Concat, as the tool chain recognises one: its
+    inputs come from layers of exactly two types, one of them Input or Constant (a
+    Constant holding zeros only); [] for any other layer."""
+    producers = {t.name: n for n in graph.nodes for t in n.outputs}
+    parents = [producers.get(t.name) for t in node.inputs]
+    if node.type != OpType.Concat or any(p is None for p in parents):
+        return []
+    types = {p.type for p in parents}
+    if len(types) != 2 or not types & {"Input", "Constant"}:
+        return []
+    if any(p.type == "Constant" and any(c.betensor.abs().max() != 0 for c in p.constants.values()) for p in parents):
+        return []
+    return [t for t, p in zip(node.inputs, parents) if p.type in ("Input", "Constant")]
+
+
+def unify_kv_cache_concats(cfg, graph) -> List[str]:
+    """unify_scales_for_kvc_concat: the cache inputs (Input/Constant) of each key/value
+    cache Concat take the range of its other input, so that the cache fed back on the next
+    step keeps one grid. Returns the layers whose output range was planned."""
+    producers = {t.name: n for n in graph.nodes for t in n.outputs}
+    planned = []
+    for node in graph.nodes:
+        caches = kv_cache_inputs(graph, node) if cfg.of("unify_scales_for_kvc_concat", node) else []
+        real = [t for t in node.inputs if t not in caches]
+        if not caches or not real:
+            continue
+        source = producers[real[0].name]
+        lo, hi = QT.activation_range(source, real[0], _activation_settings(source)[1].symmetric)
+        for t in caches:
+            QT.plan_activation_range(t, lo, hi)
+            planned.append(producers[t.name].name)
+    if planned:
+        OPT_INFO(f"unify_scales_for_kvc_concat: {len(planned)} cache input(s) take the range of their Concat's "
+                 f"other input")
+    return planned
+
+
 def unify_scales(cfg, graph, plan) -> None:
-    """The cfg's unify_scales_for_concat, then unify_scales_for_multi_inputs_operators,
-    each reading the decisions of `plan` (quant/plan.py) as the earlier one left them."""
+    """The cfg's unify_scales_for_kvc_concat, unify_scales_for_concat, then
+    unify_scales_for_multi_inputs_operators, each reading the decisions of `plan`
+    (quant/plan.py) as the earlier one left them."""
+    plan.replan(*unify_kv_cache_concats(cfg, graph))
     for field, rules in (("unify_scales_for_concat", cfg.unify_scales_for_concat and concat_rules(cfg, graph)),
                          ("unify_scales_for_multi_inputs_operators", multi_input_rules(cfg, graph))):
         if rules:
