@@ -429,10 +429,12 @@ register_field("force_dtype_int", "false", _bool, "layers whose outputs would be
 register_field("force_shift_positive", "false", _bool, "rescales get no negative shift: where the multiplier's "
                "bits cannot reach a ratio that large, the shift is 0 and the multiplier the largest (saturating), "
                "as the tool chain's force_shift_positive does", _B, per_layer=True)
-_not_yet("fake_quant_scopes_for_debug", "", _pattern(r"|\[(\(\d+,\d+\),?)+\]"), "[(i,j),...]",
-         "layer-id ranges run in float inside the quantized forward (debugging)", "fake_quant_scopes_for_debug")
-_not_yet("fake_quant_operators_for_debug", "", as_text, "layer types", "layer types run in float inside the quantized forward (debugging)",
-         "fake_quant_operators_for_debug")
+register_field("fake_quant_scopes_for_debug", "", _pattern(r"|\[(\(\d+,\d+\),?)+\]"),
+               "debugging: the layers of these layer-id ranges compute in float in the quantized forward of the "
+               "metrics (inputs dequantized, outputs quantized again); the IR written is unchanged", "[(i,j),...]")
+register_field("fake_quant_operators_for_debug", "", as_text,
+               "debugging: layers of these types (comma-separated) compute in float in the quantized forward of "
+               "the metrics, as fake_quant_scopes_for_debug", "comma-separated layer types")
 register_field("unify_scales_for_concat", "false", _bool,
                "give each Concat's input branches the Concat's output range, so it copies integers instead of "
                "rescaling each branch", _B)

@@ -277,9 +277,9 @@ class OptMaster:
             OPT_INFO("no 'dataset'/'data' configured: skipping metrics")
             return
         dataset = self.metric_dataset or make_dataset(cfg.dataset, cfg.data, cfg.label or None, field="data")
-        original = self.graph if self.original is None else self.original
+        original, quantized = self.original or self.graph, self.qgraph is not None and cfg.eval_optimized_model
         graphs = ([("float", original)] if cfg.eval_original_model else []) + \
-            ([("quant", self.qgraph)] if self.qgraph is not None and cfg.eval_optimized_model else [])
+            ([("quant", self.plan.for_metrics(self.qgraph))] if quantized else [])
         if not graphs:
             OPT_INFO("eval_original_model and eval_optimized_model are false (or nothing was quantized): no metrics")
             return

@@ -351,3 +351,22 @@ def test_resize_degrades_to_nearest_in_the_quantized_graph_only():
     with quantized_graph_edits(G, cfg):
         assert [n.params["method"] for n in G.nodes] == ["BILINEAR", "NEAREST"]
     assert [n.params["method"] for n in G.nodes] == ["BILINEAR", "BILINEAR"]
+
+
+def test_fake_quant_for_debug_runs_the_named_layers_in_float_in_the_metrics_only(tmp_path):
+    """fake_quant_scopes_for_debug / fake_quant_operators_for_debug: the named layers compute
+    in float in the quantized forward of the metrics; the written IR is unchanged. With
+    every layer named, the quantized metric is the float one."""
+    runs = {}
+    for name, extra in (("plain", {}), ("scopes", dict(fake_quant_scopes_for_debug="[(0,100)]")),
+                        ("types", dict(fake_quant_operators_for_debug="Convolution, Pooling"))):
+        (tmp_path / name).mkdir()
+        cfg_reader._current = None
+        report = OptMaster(tiny(tmp_path / name, global_calibration="none", **extra)).run()
+        cosines = [r["cosine"] for r in report["layer_similarity"]]
+        cosine = (min(cosines), sum(cosines) / len(cosines))
+        runs[name] = (cosine, (tmp_path / name / "out" / "tiny_cnn_o.txt").read_text(),
+                      (tmp_path / name / "out" / "tiny_cnn_o.bin").read_bytes())
+    plain, scopes, types = runs["plain"], runs["scopes"], runs["types"]
+    assert plain[1:] == scopes[1:] == types[1:]
+    assert scopes[0][0] > 1 - 1e-9 > plain[0][0] and types[0][1] > plain[0][1]

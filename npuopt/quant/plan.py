@@ -18,6 +18,7 @@ builds a quantized graph or calls an op's quantize function itself."""
 import contextlib
 import dataclasses
 import logging
+import re
 from typing import Dict, Optional, Set
 
 import torch
@@ -94,6 +95,21 @@ class QuantPlan:
             qgraph, _ = build_quantized_graph(self.graph, settings, float_layers(self.graph, settings))
         return qgraph.to(self.device)
 
+    def for_metrics(self, qgraph):
+        """The quantized graph the metrics run: `qgraph`, or, with the cfg's
+        fake_quant_scopes_for_debug / fake_quant_operators_for_debug, a copy whose layers
+        of those layer ids / types compute in float (on dequantized inputs, their outputs
+        quantized again where an integer layer reads them), to see what those layers cost.
+        The written IR is `qgraph`'s."""
+        debug = debug_layers(self.cfg, self.graph)
+        if not debug:
+            return qgraph
+        OPT_INFO(f"fake_quant_*_for_debug: the quantized metrics run with {len(debug)} layer(s) in float: "
+                 f"{', '.join(sorted(debug)[:8])}{' ...' if len(debug) > 8 else ''} (the IR written is unchanged)")
+        with _said_once(), quantized_graph_edits(self.graph, self.cfg):
+            graph, _ = build_quantized_graph(self.graph, self.settings, self.float_kept | debug)
+        return graph.to(self.device)
+
     def change(self, layer: str, **values) -> Optional[Set[str]]:
         """Set settings of `layer` (as an opt_config entry would) and bring `qgraph` up to
         date: the layers quantized again, or None where the whole graph was built again
@@ -119,6 +135,16 @@ class QuantPlan:
             OPT_INFO(f"plan: layer '{layer}' changed; the quantized graph is built again")
             self.build()
         return redone
+
+
+def debug_layers(cfg, graph) -> Set[str]:
+    """The layers fake_quant_scopes_for_debug ([(first id, last id), ...]) and
+    fake_quant_operators_for_debug (layer types) name."""
+    ids = [int(v) for v in re.findall(r"\d+", cfg.fake_quant_scopes_for_debug or "")]
+    scopes = list(zip(ids[0::2], ids[1::2]))
+    types = {t.strip().lower() for t in re.split(r"[,\s]+", cfg.fake_quant_operators_for_debug or "") if t.strip()}
+    return {n.name for n in graph.nodes if n.type.lower() in types or
+            (n.layer_id is not None and any(lo <= int(n.layer_id) <= hi for lo, hi in scopes))}
 
 
 @contextlib.contextmanager
