@@ -460,8 +460,9 @@ register_field("activation_perchannel_min_elements", "1", _int_in(1, 1 << 30),
                                                        "implemented in npuopt yet")
 _not_yet("regularize_activation_perchannel_scales", "disable", _choice("disable", "enable"), "disable or enable",
          "regularize per-channel activation scales", "regularize_activation_perchannel_scales", per_layer=True)
-_not_yet("ignore_missing_statistic", "false", _bool, _B, "fill statistics missing from statistic_file from neighbours",
-         "ignore_missing_statistic", per_layer=True)
+register_field("ignore_missing_statistic", "false", _bool, "a tensor the statistic_file lacks takes the "
+               "statistics of its layer's first input that has some (as the tool chain fills them from parents); "
+               "false: such a file stops the run", _B)
 _not_yet("modify_batch_dim", "false", _false_or_count, "false or an integer >= 1", "rewrite the graph's batch size",
          "modify_batch_dim")
 _not_yet("export_parallel_batch", "false", _false_or_count, "false or an integer >= 1",

@@ -169,7 +169,7 @@ class OptMaster:
         path = self.cfg.statistic_file
         meta = {"before_calibration": self.float_edits()}
         stats = self.load_statistics(path, meta) if path and os.path.isfile(path) else self.gather_statistics(meta)
-        attach_statistics(self.graph, stats)
+        attach_statistics(self.graph, stats, self.cfg.ignore_missing_statistic)
         self.report["calibration"] = {"statistic_file": path or None}
 
     def float_edits(self):

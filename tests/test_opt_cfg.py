@@ -370,3 +370,23 @@ def test_fake_quant_for_debug_runs_the_named_layers_in_float_in_the_metrics_only
     plain, scopes, types = runs["plain"], runs["scopes"], runs["types"]
     assert plain[1:] == scopes[1:] == types[1:]
     assert scopes[0][0] > 1 - 1e-9 > plain[0][0] and types[0][1] > plain[0][1]
+
+
+def test_ignore_missing_statistic_fills_a_tensor_from_its_layers_input(tmp_path):
+    """A statistic_file without one tensor stops the run naming it; with
+    ignore_missing_statistic the tensor takes its layer's input's statistics, as OPT's."""
+    from npuopt.quant.statistics import load_statistics_file, save_statistics
+    stats_path = tmp_path / "stats.pt"
+    OptMaster(tiny(tmp_path, statistic_file=stats_path, eval_optimized_model="false",
+                   eval_original_model="false", global_calibration="none")).run()
+    stats, meta = load_statistics_file(str(stats_path))
+    del stats["pool1"]
+    save_statistics(str(stats_path), stats, meta)
+    cfg_reader._current = None
+    with pytest.raises(ConfigError, match=r"statistics lack tensor\(s\) pool1: .* ignore_missing_statistic = true"):
+        OptMaster(tiny(tmp_path, statistic_file=stats_path, global_calibration="none")).run()
+    cfg_reader._current = None
+    (tmp_path / "out2").mkdir()
+    report = OptMaster(tiny(tmp_path, statistic_file=stats_path, global_calibration="none",
+                            ignore_missing_statistic="true", output_dir=tmp_path / "out2")).run()
+    assert report["metrics"]["quant"]["TopKMetric"] > 0.5

@@ -1,6 +1,7 @@
 """Calibration: every tensor's statistics over the calibration batches (with the cfg's
 per-layer bins, momentum and trimming), and statistics (calibrated or read from a
 statistic_file) attached to the graph."""
+import copy
 import math
 from typing import Dict, List
 
@@ -108,11 +109,27 @@ class InMemory(list):
         return batch
 
 
-def attach_statistics(graph, stats: Dict[str, Statistics]) -> None:
+def attach_statistics(graph, stats: Dict[str, Statistics], fill_missing: bool = False) -> None:
+    """Give each tensor its statistics. With `fill_missing` (ignore_missing_statistic), a
+    layer's output that the statistics lack takes those of its first input that has some,
+    as the tool chain fills them from the parent layers."""
+    stats = dict(stats)
+    if fill_missing:
+        filled = []
+        for node in graph.nodes:
+            source = next((stats[t.name] for t in node.inputs if t.name in stats), None)
+            for t in node.outputs:
+                if t.name not in stats and source is not None:
+                    stats[t.name] = copy.deepcopy(source)
+                    filled.append(t.name)
+        if filled:
+            OPT_WARN(f"ignore_missing_statistic: {len(filled)} tensor(s) the statistic_file lacks take their "
+                     f"layer's input's statistics: {', '.join(filled[:5])}{' ...' if len(filled) > 5 else ''}")
     missing = [t.name for t in graph.tensors if t.name not in stats]
     if missing:
         raise ConfigError(f"statistics lack tensor(s) {', '.join(missing[:5])}: the statistic_file "
-                          f"belongs to another model; delete it to calibrate again")
+                          f"belongs to another model; delete it to calibrate again"
+                          f"{'' if fill_missing else ' (or set ignore_missing_statistic = true)'}")
     for t in graph.tensors:
         t.statistics = stats[t.name]
         if t.statistics.empty and not t.qinvariant:
