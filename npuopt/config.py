@@ -463,8 +463,9 @@ _not_yet("regularize_activation_perchannel_scales", "disable", _choice("disable"
 register_field("ignore_missing_statistic", "false", _bool, "a tensor the statistic_file lacks takes the "
                "statistics of its layer's first input that has some (as the tool chain fills them from parents); "
                "false: such a file stops the run", _B)
-_not_yet("modify_batch_dim", "false", _false_or_count, "false or an integer >= 1", "rewrite the graph's batch size",
-         "modify_batch_dim")
+register_field("modify_batch_dim", "false", _false_or_count, "the written IR's batch size (its tops' first axes, "
+               "Reshape shapes and Slice bounds rewritten as the tool chain does); false: the float IR's",
+               "false or an integer >= 1")
 _not_yet("export_parallel_batch", "false", _false_or_count, "false or an integer >= 1",
          "copy the graph n times behind a Split", "export_parallel_batch")
 _not_yet("compat_quantized_model", "false", _bool, _B, "import an already quantized model",

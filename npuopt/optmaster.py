@@ -257,11 +257,11 @@ class OptMaster:
         OPT_INFO(f"quantized {sum(n.quantized for n in self.qgraph.nodes)} layers; kept in float: "
                  f"{sorted(keep) or 'none'}; zero-input forward of the quantized graph passed")
         files, stage = self.output_files, self.outputs.stage
-        txt, template = files["quantized IR"], files["opt_config template"]
-        weights = files["quantized IR weights"]
+        txt, template, weights = (files[k] for k in ("quantized IR", "opt_config template", "quantized IR weights"))
         if self.ranks.main:
-            write_graph(self.qgraph, stage("quantized IR", txt), stage("quantized IR weights", weights),
-                        os.path.basename(weights))
+            with self.plan.as_written(self.qgraph) as written:
+                write_graph(written, stage("quantized IR", txt), stage("quantized IR weights", weights),
+                            os.path.basename(weights))
             write_template(stage("opt_config template", template), self.qgraph, self.settings)
             OPT_INFO(f"quantized IR '{txt}' and per-layer settings template '{template}' written (in place once "
                      f"the whole run succeeded)")

@@ -390,3 +390,23 @@ def test_ignore_missing_statistic_fills_a_tensor_from_its_layers_input(tmp_path)
     report = OptMaster(tiny(tmp_path, statistic_file=stats_path, global_calibration="none",
                             ignore_missing_statistic="true", output_dir=tmp_path / "out2")).run()
     assert report["metrics"]["quant"]["TopKMetric"] > 0.5
+
+
+def test_modify_batch_dim_writes_the_irs_batch(tmp_path):
+    """modify_batch_dim = 4: every top's batch axis (Reshape's shape too) in the written
+    IR is 4, and that IR computes on 4 samples what the run's quantized graph computes."""
+    from npuopt.ir import read_graph
+    cfg_reader._current = None
+    master = OptMaster(tiny(tmp_path, modify_batch_dim="4", global_calibration="none", eval_original_model="false"))
+    master.run()
+    layers = ir_layers(tmp_path / "out" / "tiny_cnn_o.txt")
+    assert layers["input"]["layer_top_shape"].startswith("[[4,") and layers["prob"]["layer_top_shape"] == "[[4,4]]"
+    assert all(v["layer_top_shape"].startswith("[[4,") for v in layers.values())
+    x = [torch.from_numpy(np.load(EXAMPLE / "data.npy")[:4])]
+    written = read_graph(str(tmp_path / "out" / "tiny_cnn_o.txt"))
+    assert torch.equal(written.forward(x)[0], master.qgraph.forward(x)[0])
+    from npuopt.quant.plan import QuantPlan
+    cfg_reader._current = None
+    cfg = tiny(tmp_path, modify_batch_dim="4", without_batch_dim="true")
+    with pytest.raises(ConfigError, match="field 'modify_batch_dim': the IR has no batch axis"):
+        QuantPlan(cfg, read_graph(str(cfg.graph), str(cfg.bin)))

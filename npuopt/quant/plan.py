@@ -25,6 +25,7 @@ import torch
 
 from ..errors import ConfigError
 from ..logger import OPT_INFO
+from ..passes.batch_dim import written_batch
 from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
 from .settings import QuantSettings, layer_values, note_settings, settings_of
 
@@ -32,6 +33,8 @@ from .settings import QuantSettings, layer_values, note_settings, settings_of
 class QuantPlan:
     def __init__(self, cfg, graph, device=torch.device("cpu")):
         self.cfg, self.graph, self.device = cfg, graph, device
+        if getattr(cfg, "modify_batch_dim", False) and getattr(cfg, "without_batch_dim", False):
+            raise ConfigError("field 'modify_batch_dim': the IR has no batch axis (without_batch_dim = true)")
         self.values: Dict[str, dict] = layer_values(cfg, graph)
         self.settings: Dict[str, QuantSettings] = {name: QuantSettings(**v) for name, v in self.values.items()}
         for node in graph.nodes:
@@ -56,6 +59,12 @@ class QuantPlan:
         with quantized_graph_edits(self.graph, self.cfg):
             self.qgraph, self.float_kept = build_quantized_graph(self.graph, self.settings, keep)
         return self.qgraph
+
+    def as_written(self, qgraph):
+        """`qgraph` as the IR is written: with the cfg's modify_batch_dim inside (passes/batch_dim.py)."""
+        if getattr(self.cfg, "modify_batch_dim", False):
+            return written_batch(qgraph, self.cfg.modify_batch_dim, self.cfg.data_batch_dim)
+        return contextlib.nullcontext(qgraph)
 
     def realised(self):
         """The plan realised as a quantized graph on the run's device (the ranges and
