@@ -417,8 +417,9 @@ register_field("bias_effective_bits", "", lambda s: _int_in(16, 48)(s) if s.stri
                "the high bits of biases that take part in the computation, as the chip's AIFF keeps them: each "
                "layer's biases lose the low bits that bring them into this many bits (zeroed); empty: bias_bits",
                "empty or an integer from 16 to 48", per_layer=True)
-_not_yet("bias_effective_bits_auto_adaption", "false", _bool, _B, "search bias_bits against bias_effective_bits",
-         "bias_effective_bits_auto_adaption", per_layer=True)
+register_field("bias_effective_bits_auto_adaption", "false", _bool, "with bias_effective_bits: where clearing the "
+               "low bits moves a layer's biases noticeably (KL over their softmax > 0.05), clamp them first to the "
+               "width (19 bits up) that loses least to it, as the tool chain searches it", _B, per_layer=True)
 register_field("remain_shift", "", lambda s: _int_in(0, 32)(s) if s.strip() else "",
                "Convolution, DepthwiseConv, Convolution3D and FullyConnected layers with more than 8-bit inputs or "
                "weights shift their accumulator down to 32 bits ahead of the rescale, leaving this many bits of its "

@@ -335,16 +335,21 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
     stored in the narrowest integer type that holds them (int16, int32, int64 for 16 to
     48 bits, as the tool chain stores them).
     With bias_effective_bits below bias_bits the low bits are cleared before and after
-    the fold (qmath.clear_low_bits), as the tool chain does."""
+    the fold (qmath.clear_low_bits), as the tool chain does; with
+    bias_effective_bits_auto_adaption the biases are clamped to the width
+    _adapted_bias_bits finds first."""
     if key not in node.constants:
         return
     c = node.constants[key]
     st = settings_of(node)
     bits, effective = st.bias_bits, st.cfg_attrs.get("bias_effective_bits", "")
-    lo, hi = qmath.integer_range(bits, True)
     s = scale.to(torch.float32) if isinstance(scale, torch.Tensor) else float(scale)
-    b = qmath.quantize(c.betensor.detach().to(torch.float32).cpu(), s, 0, lo, hi).to(torch.float64)
+    f = c.betensor.detach().to(torch.float32).cpu()
     compress = effective != "" and effective < bits
+    adapted = _adapted_bias_bits(f, s, bits, effective) if compress and \
+        st.cfg_attrs.get("bias_effective_bits_auto_adaption") else bits
+    lo, hi = qmath.integer_range(adapted, True)
+    b = qmath.quantize(f, s, 0, lo, hi).to(torch.float64)
     if compress:
         b = qmath.clear_low_bits(b, effective)
     b = (b + float(x_zp) * w_sums.cpu().to(torch.float64)).clamp_(lo, hi)
@@ -352,8 +357,33 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
         b = qmath.clear_low_bits(b, effective)
     dtype = Dtype.integer(bits, True)
     c.betensor = b.to(dtype.torch_dtype).to(c.betensor.device)
-    c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, s, 0, bits, lo, hi
+    c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, s, 0, bits, *qmath.integer_range(bits, True)
     c.key_axis = 0 if isinstance(s, torch.Tensor) else None
+
+
+def _bias_kl(log_q: torch.Tensor, p: torch.Tensor) -> float:
+    """KL(p || q) per element of a layer's biases (softmax over them), as the tool chain scores them."""
+    return float(torch.nn.functional.kl_div(log_q, p, reduction="sum")) / max(p.numel(), 1)
+
+
+def _adapted_bias_bits(f: torch.Tensor, s, bits: int, effective: int) -> int:
+    """bias_effective_bits_auto_adaption: where clearing the low bits moves the biases'
+    distribution (softmax over the layer's biases against the float ones' softmax) by
+    more than 0.05 in KL divergence, the width in [max(effective, 19), bits) whose
+    clamped biases lose the least to the clearing (least KL between the two), as the tool
+    chain searches it; else `bits`. Narrower biases need fewer low bits cleared."""
+    target = torch.softmax(f.double().reshape(-1), -1)
+    q = qmath.quantize(f, s, 0, *qmath.integer_range(bits, True)).double().reshape(-1)
+    cleared = qmath.clear_low_bits(q, effective)
+    if abs(_bias_kl(q.log_softmax(-1), target) - _bias_kl(cleared.log_softmax(-1), target)) <= 0.05:
+        return bits
+    scores = {}
+    for width in range(min(max(effective, 19), bits - 1), bits):
+        qw = qmath.quantize(f, s, 0, *qmath.integer_range(width, True)).double().reshape(-1)
+        real = qw / (s.double().reshape(-1) if isinstance(s, torch.Tensor) else s)
+        kept = qmath.clear_low_bits(qw, effective) / (s.double().reshape(-1) if isinstance(s, torch.Tensor) else s)
+        scores[width] = abs(_bias_kl(kept.log_softmax(-1), real.softmax(-1)))
+    return min(scores, key=lambda w: (scores[w], w))
 
 
 def pass_through(node) -> None:
