@@ -467,8 +467,9 @@ register_field("ignore_missing_statistic", "false", _bool, "a tensor the statist
 register_field("modify_batch_dim", "false", _false_or_count, "the written IR's batch size (its tops' first axes, "
                "Reshape shapes and Slice bounds rewritten as the tool chain does); false: the float IR's",
                "false or an integer >= 1")
-_not_yet("export_parallel_batch", "false", _false_or_count, "false or an integer >= 1",
-         "copy the graph n times behind a Split", "export_parallel_batch")
+register_field("export_parallel_batch", "false", _false_or_count, "the written IR runs this many batches side by "
+               "side: each input split along the batch axis, a copy of the layers per part, the outputs concatenated "
+               "(as the tool chain writes it); false: one", "false or an integer >= 1")
 _not_yet("compat_quantized_model", "false", _bool, _B, "import an already quantized model",
          "compat_quantized_model (npuopt reads float IRs only)")
 _not_yet("enable_ds", "false", _bool, _B, "write dynamic-shape fields into the IR", "enable_ds (dynamic shapes)", per_layer=True)

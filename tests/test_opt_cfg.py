@@ -410,3 +410,27 @@ def test_modify_batch_dim_writes_the_irs_batch(tmp_path):
     cfg = tiny(tmp_path, modify_batch_dim="4", without_batch_dim="true")
     with pytest.raises(ConfigError, match="field 'modify_batch_dim': the IR has no batch axis"):
         QuantPlan(cfg, read_graph(str(cfg.graph), str(cfg.bin)))
+
+
+def test_export_parallel_batch_writes_copies_side_by_side(tmp_path):
+    """export_parallel_batch = 3: the written IR splits a 3-times-larger input into three
+    copies of the layers and concatenates their outputs; on 3 samples it computes what the
+    run's quantized graph computes on them; npuopt-run reads it."""
+    from npuopt.ir import read_graph
+    from npuopt_run.irfile import read_model
+    from npuopt_run.runner import Runner
+    cfg_reader._current = None
+    master = OptMaster(tiny(tmp_path, export_parallel_batch="3", global_calibration="none",
+                            eval_original_model="false"))
+    master.run()
+    path = tmp_path / "out" / "tiny_cnn_o.txt"
+    layers = ir_layers(path)
+    assert layers["input_Split"]["layer_type"] == "Split" and layers["input_Input"]["layer_top_shape"] == "[[3,12,12,3]]"
+    assert "conv1_clone_1" in layers and layers["prob_concat"]["layer_top_shape"] == "[[3,4]]"
+    x = np.load(EXAMPLE / "data.npy")[:3]
+    written = read_graph(str(path))
+    want = master.qgraph.forward([torch.from_numpy(x)])[0]
+    assert torch.equal(written.forward([torch.from_numpy(x)])[0], want)
+    runner = Runner(read_model(str(path)))
+    ran = runner.run(runner.prepare_inputs([x], False))["prob_concat"]
+    np.testing.assert_array_equal(ran, want.numpy())

@@ -25,7 +25,7 @@ import torch
 
 from ..errors import ConfigError
 from ..logger import OPT_INFO
-from ..passes.batch_dim import written_batch
+from ..passes.batch_dim import parallel_batches, written_batch
 from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
 from .settings import QuantSettings, layer_values, note_settings, settings_of
 
@@ -33,8 +33,9 @@ from .settings import QuantSettings, layer_values, note_settings, settings_of
 class QuantPlan:
     def __init__(self, cfg, graph, device=torch.device("cpu")):
         self.cfg, self.graph, self.device = cfg, graph, device
-        if getattr(cfg, "modify_batch_dim", False) and getattr(cfg, "without_batch_dim", False):
-            raise ConfigError("field 'modify_batch_dim': the IR has no batch axis (without_batch_dim = true)")
+        for name in ("modify_batch_dim", "export_parallel_batch"):
+            if getattr(cfg, name, False) and getattr(cfg, "without_batch_dim", False):
+                raise ConfigError(f"field '{name}': the IR has no batch axis (without_batch_dim = true)")
         self.values: Dict[str, dict] = layer_values(cfg, graph)
         self.settings: Dict[str, QuantSettings] = {name: QuantSettings(**v) for name, v in self.values.items()}
         for node in graph.nodes:
@@ -61,9 +62,13 @@ class QuantPlan:
         return self.qgraph
 
     def as_written(self, qgraph):
-        """`qgraph` as the IR is written: with the cfg's modify_batch_dim inside (passes/batch_dim.py)."""
-        if getattr(self.cfg, "modify_batch_dim", False):
-            return written_batch(qgraph, self.cfg.modify_batch_dim, self.cfg.data_batch_dim)
+        """`qgraph` as the IR is written: with the cfg's modify_batch_dim inside, or as the
+        copies of export_parallel_batch (passes/batch_dim.py)."""
+        cfg = self.cfg
+        if getattr(cfg, "export_parallel_batch", False):
+            return contextlib.nullcontext(parallel_batches(qgraph, cfg.export_parallel_batch, cfg.data_batch_dim))
+        if getattr(cfg, "modify_batch_dim", False):
+            return written_batch(qgraph, cfg.modify_batch_dim, cfg.data_batch_dim)
         return contextlib.nullcontext(qgraph)
 
     def realised(self):
