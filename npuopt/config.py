@@ -411,8 +411,10 @@ def _not_yet(name, default, parse, accepts, help, what, per_layer=False):
     register_field(name, default, parse, help, accepts, unsupported=_not_default(what), per_layer=per_layer)
 
 
-_not_yet("qconfig", "", as_text, "a QConfig plugin name", "OPT's QConfig plugins (per-layer settings by a script)",
-         "a qconfig plugin; npuopt sets per-layer settings with the per-layer cfg syntax and opt_config")
+register_field("qconfig", "", as_text, "a QConfig plugin (PluginType.QConfig, the tool chain's per-model "
+               "quantization scripts) run once the layers' settings are resolved: the layer attrs it sets "
+               "(trigger_float_op, q_bits_*, q_mode_*, q_strategy_*, ...) become their settings",
+               "a QConfig plugin's class name")
 register_field("bias_effective_bits", "", lambda s: _int_in(16, 48)(s) if s.strip() else "",
                "the high bits of biases that take part in the computation, as the chip's AIFF keeps them: each "
                "layer's biases lose the low bits that bring them into this many bits (zeroed); empty: bias_bits",

@@ -20,7 +20,7 @@ _MISSING = object()
 # attrs the Compass Optimizer's framework sets on every layer, derived here from what
 # npuopt knows: the layer's effective settings (cfg + opt_config, with the cfg fields
 # OPT copies onto every layer: quant/settings.py COMPASS_CFG_ATTRS) and its tensors
-_FROM_SETTINGS = {
+SETTING_OF_ATTR = {
     "q_bits_activation": "activation_bits", "q_bits_weight": "weight_bits", "q_bits_bias": "bias_bits",
     "q_mode_activation": "quantize_method_for_activation", "q_mode_weight": "quantize_method_for_weight",
     "q_strategy_activation": "calibration_strategy_for_activation",
@@ -28,7 +28,7 @@ _FROM_SETTINGS = {
     "multiplier_bits": "multiplier_bits", "histc_bins": "histc_bins", "trigger_float_op": "trigger_float_op",
     "unify_shifts_for_aiff": "unify_shifts_for_aiff", "weight_block_size": "weight_block_size",
 }
-_DERIVED = set(_FROM_SETTINGS) | set(COMPASS_CFG_ATTRS) | {
+_DERIVED = set(SETTING_OF_ATTR) | set(COMPASS_CFG_ATTRS) | {
     "layer_id", "current_batch_size", "batch_size_in_IR", "layer_top_type_original", "q_mode_bias",
     "q_strategy_bias", "bias_effective_bits", "debug_fake_quantize"}
 # attrs OPT sets only where the cfg gives a value, and on these layer types only
@@ -119,8 +119,8 @@ class PyNode:
         if key == "bias_effective_bits":
             value = self._cfg_value(st, "bias_effective_bits")
             return int(value) if value not in ("", None) else st.bias_bits
-        if key in _FROM_SETTINGS:
-            return getattr(st, _FROM_SETTINGS[key])
+        if key in SETTING_OF_ATTR:
+            return getattr(st, SETTING_OF_ATTR[key])
         return self._cfg_value(st, key)
 
     @staticmethod

@@ -71,7 +71,7 @@ BOUNDARY_TYPES = (OpType.Quantize, OpType.DeQuantize)
 class PluginType(Enum):
     Dataset = "Dataset"
     Metric = "Metric"
-    QConfig = "QConfig"  # the Compass Optimizer's per-model quantization presets: registered, not used
+    QConfig = "QConfig"  # the Compass Optimizer's per-model quantization scripts (the cfg's qconfig)
     Train = "Train"      # its training loops (QAT): registered, not used
 
 

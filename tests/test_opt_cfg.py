@@ -13,7 +13,7 @@ import torch
 from npuopt import cfg_reader, config
 from npuopt.config import PerLayer, load_config, parse_field
 from npuopt.data import batches, collate_of, metric_report, split_batch
-from npuopt.errors import ConfigError
+from npuopt.errors import ConfigError, PluginError
 from npuopt.metric import OptBaseMetric
 from npuopt.optmaster import OptMaster
 from npuopt.quant.calibration import trimmed
@@ -434,3 +434,39 @@ def test_export_parallel_batch_writes_copies_side_by_side(tmp_path):
     runner = Runner(read_model(str(path)))
     ran = runner.run(runner.prepare_inputs([x], False))["prob_concat"]
     np.testing.assert_array_equal(ran, want.numpy())
+
+
+def test_a_qconfig_plugin_sets_the_layers_settings(tmp_path):
+    """qconfig = <a QConfig plugin>: written as the tool chain's are (a class made with
+    (graph, config) and called, setting layer attrs by name and type, reading children), its
+    attrs become the layers' settings: the template, the IR and the plan follow them."""
+    from npuopt.framework import OpType, PluginType, register_plugin
+    from npuopt.registry import PLUGINS
+
+    @register_plugin(PluginType.QConfig, "1.0")
+    class TinyPreset:
+        def __init__(self, graph, config):
+            self.graph, self.config = graph, config
+
+        def __call__(self):
+            for n in self.graph.nodes:
+                if n.type == OpType.Softmax:
+                    n.attrs["trigger_float_op"] = "float16_preferred"
+                if n.name == "conv1" and len(n.children) == 1:
+                    n.attrs["q_bits_weight"] = 4
+                    n.attrs["q_mode_weight"] = "per_channel_asymmetric"
+    try:
+        cfg_reader._current = None
+        OptMaster(tiny(tmp_path, qconfig="TinyPreset", global_calibration="none")).run()
+        template = json.loads((tmp_path / "out" / "tiny_cnn_opt_template.json").read_text())
+        layers = ir_layers(tmp_path / "out" / "tiny_cnn_o.txt")
+        assert template["prob"]["trigger_float_op"] == "float16_preferred" and layers["prob"]["layer_top_type"] == \
+            "[float16]"
+        assert template["conv1"]["weight_bits"] == 4 and layers["conv1"]["weights_type"] == "aligned_int4"
+        assert template["conv1"]["quantize_method_for_weight"] == "per_channel_asymmetric"
+        assert template["pw"]["weight_bits"] == 8
+        cfg_reader._current = None
+        with pytest.raises(PluginError, match=r"field 'qconfig': no QConfig plugin 'NoSuchPreset' \(known: .*TinyPreset"):
+            OptMaster(tiny(tmp_path, qconfig="NoSuchPreset")).run()
+    finally:
+        PLUGINS[PluginType.QConfig].remove_source(__file__)

@@ -26,6 +26,7 @@ import torch
 from ..errors import ConfigError
 from ..logger import OPT_INFO
 from ..passes.batch_dim import parallel_batches, written_batch
+from .qconfig import apply_qconfig
 from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
 from .settings import QuantSettings, layer_values, note_settings, settings_of
 
@@ -40,6 +41,10 @@ class QuantPlan:
         self.settings: Dict[str, QuantSettings] = {name: QuantSettings(**v) for name, v in self.values.items()}
         for node in graph.nodes:
             node.attrs["qsettings"] = self.settings[node.name]
+        if getattr(cfg, "qconfig", ""):
+            for name in apply_qconfig(cfg, graph, self.values):
+                self.settings[name] = QuantSettings(**self.values[name])
+                graph.node(name).attrs["qsettings"] = self.settings[name]
         note_settings(cfg, graph, self.settings)
         self.qgraph = None
         self.float_kept: Set[str] = set()
