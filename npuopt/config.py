@@ -457,12 +457,11 @@ register_field("unify_scales_for_kvc_concat", "false", _bool,
                "key/value cache Concat layers (inputs from an Input or all-zero Constant and one other layer): the "
                "cache inputs take the other input's range, so the cache keeps one grid from step to step", _B,
                per_layer=True)
-register_field("activation_perchannel_min_elements", "1", _int_in(1, 1 << 30),
-               "fewest elements per channel for per-channel activations", "an integer >= 1",
-               unsupported=lambda v: "" if v == 1 else "activation_perchannel_min_elements other than 1 is not "
-                                                       "implemented in npuopt yet")
-_not_yet("regularize_activation_perchannel_scales", "disable", _choice("disable", "enable"), "disable or enable",
-         "regularize per-channel activation scales", "regularize_activation_perchannel_scales", per_layer=True)
+_PER_CHANNEL_ACT = ("npuopt quantizes activations per tensor (a per_channel_* activation method keeps the layer in "
+                    "float, with a warning), so this per-channel activation option has nothing to act on")
+_no_effect("activation_perchannel_min_elements", "1", _int_in(1, 1 << 30), "an integer >= 1", _PER_CHANNEL_ACT)
+_no_effect("regularize_activation_perchannel_scales", "disable", _choice("disable", "enable"), "disable or enable",
+           _PER_CHANNEL_ACT, per_layer=True)
 register_field("ignore_missing_statistic", "false", _bool, "a tensor the statistic_file lacks takes the "
                "statistics of its layer's first input that has some (as the tool chain fills them from parents); "
                "false: such a file stops the run", _B)
@@ -474,4 +473,5 @@ register_field("export_parallel_batch", "false", _false_or_count, "the written I
                "(as the tool chain writes it); false: one", "false or an integer >= 1")
 _not_yet("compat_quantized_model", "false", _bool, _B, "import an already quantized model",
          "compat_quantized_model (npuopt reads float IRs only)")
-_not_yet("enable_ds", "false", _bool, _B, "write dynamic-shape fields into the IR", "enable_ds (dynamic shapes)", per_layer=True)
+_no_effect("enable_ds", "false", _bool, _B, _DS + " (the tool chain's 4.2 writes no IR field for it either)",
+           per_layer=True)

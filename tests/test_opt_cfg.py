@@ -470,3 +470,22 @@ def test_a_qconfig_plugin_sets_the_layers_settings(tmp_path):
             OptMaster(tiny(tmp_path, qconfig="NoSuchPreset")).run()
     finally:
         PLUGINS[PluginType.QConfig].remove_source(__file__)
+
+
+def test_the_compass_optimizers_values_run_together(tmp_path):
+    """Issue 24, acceptance 3: non-default values of the fields that stopped before run in
+    one cfg (what each does is tested beside it); only mixed_precision_auto_search, the
+    fp8/fp4 formats, weighted_scale_param and compat_quantized_model still stop."""
+    cfg_reader._current = None
+    report = OptMaster(tiny(tmp_path, force_shift_positive="true", unify_scales_for_kvc_concat="true",
+                            ignore_missing_statistic="true", bias_effective_bits="24",
+                            bias_effective_bits_auto_adaption="true", fake_quant_operators_for_debug="Pooling",
+                            modify_batch_dim="2", calibration_strategy_for_activation="10kld & <[Pooling]:in_ir>",
+                            calibration_strategy_for_weight="1.5aciq_gauss & <[Convolution]:extrema>",
+                            activation_perchannel_min_elements="4", regularize_activation_perchannel_scales="enable",
+                            enable_ds="true", quantize_method_for_weight="per_block_asymmetric",
+                            weight_block_size="16", trigger_float_op="disable & <[Convolution]:float16_act_int_wht>",
+                            global_calibration="none")).run()
+    assert report["metrics"]["quant"]["TopKMetric"] > 0.5
+    layers = ir_layers(tmp_path / "out" / "tiny_cnn_o.txt")
+    assert layers["conv1"]["weight_block_size"] == "16" and layers["conv1"]["layer_top_type"] == "[float16]"
