@@ -148,14 +148,13 @@ def _strategy_unsupported(s) -> str:
     try:
         check_strategy(s)
     except ConfigError as e:
-        if "percentile must be" in str(e):
+        if "percentile must be" in str(e) or "is not implemented in npuopt" in str(e):
             return str(e)
         return f"calibration strategy '{s}' is not implemented in npuopt yet"
     return ""
 
 
-_STRATEGY_ACCEPTS = (f"{IMPLEMENTED_STRATEGIES}; and OPT's weighted_scale_param[a,b,c,d] (stops with a line: "
-                     "npuopt lacks it)")
+_STRATEGY_ACCEPTS = (f"{IMPLEMENTED_STRATEGIES} (its automatic form, a > 1, stops with a line: npuopt lacks it)")
 
 
 def _multiplier_bits(s):

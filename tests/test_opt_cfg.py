@@ -149,7 +149,8 @@ def test_unknown_field_names_the_closest(tmp_path):
 @pytest.mark.parametrize("field, value, said", [
     ("global_calibration", "svd_quantt[1,2,3][Convolution] & adaround", "no global calibration method 'svd_quantt'"),
     ("mixed_precision_auto_search", "1,0.02,L", "mixed precision auto search is not implemented"),
-    ("calibration_strategy_for_weight", "weighted_scale_param[0.1,0.2,0.3,0.4]", "is not implemented"),
+    ("calibration_strategy_for_weight", "weighted_scale_param[2,0.2,0.3,0.4]", "automatic form (first param above 1) "
+                                                                                "is not implemented"),
     ("quant_type", "wfp8afp8", "quant_type 'wfp8afp8' (fp8/fp4) is not implemented"),
     ("trigger_float_op", "float16_act_fp8e4m3fn_wht", "fp8/fp4 weights with float activations"),
 ])

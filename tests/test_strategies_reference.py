@@ -161,3 +161,18 @@ def test_in_ir_takes_the_irs_range_where_it_states_one(tmp_path):
                      calibration_strategy_for_activation="in_ir",
                      quantize_method_for_activation="per_tensor_asymmetric")
     assert float(plain.input_tensors[0].scale) > 200     # the extrema (about 1 wide)
+
+
+def test_weighted_scale_param_weights_the_two_sides_scales():
+    """weighted_scale_param[a,b,c,d] with given params, the tool chain's form: the scale is
+    alpha * (255 / max) + (1 - alpha) * (255 / |min|) of the running extremes, alpha = a
+    where the positive side is larger, else b or c by the standard deviation against d."""
+    x = np.concatenate([samples("gaussian") * 0.5, [3.0, -1.0]])
+    stats = stats_of(x)
+    lo, hi = calibrate_range(stats, "weighted_scale_param[0.25,0.5,0.75,0.01]", 8)
+    pos, neg = float(stats.running_max), -float(stats.running_min)
+    assert pos > neg
+    scale = 0.25 * 255 / pos + 0.75 * 255 / neg
+    assert hi == pytest.approx(255 / scale) and lo == -hi
+    lo, hi = calibrate_range(stats_of(-x), "weighted_scale_param[0.25,0.5,0.75,0.01]", 8)   # std 0.5 > 0.01: b
+    assert hi == pytest.approx(255 / (0.5 * 255 / neg + 0.5 * 255 / pos))

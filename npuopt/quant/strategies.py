@@ -20,26 +20,31 @@ from .statistics import Statistics
 
 NAMED = ("extrema", "mean", "kld", "mse", "aciq_laplace", "aciq_gauss", "in_ir")
 KNOWN = ", ".join(NAMED) + (", <P>percentile (e.g. 99.99percentile), <N>std (e.g. 3std), <N>kld (e.g. 10kld), "
-                            "<R>aciq_laplace, <R>aciq_gauss (e.g. 1.5aciq_gauss)")
+                            "<R>aciq_laplace, <R>aciq_gauss (e.g. 1.5aciq_gauss), weighted_scale_param[a,b,c,d]")
 _NUMBERED = {"percentile": re.compile(r"(\d+(?:\.\d+)?)percentile"), "std": re.compile(r"(\d+(?:\.\d+)?)std"),
              "kld": re.compile(r"(\d+)kld"), "aciq_laplace": re.compile(r"(\d+(?:\.\d*)?)aciq_laplace"),
              "aciq_gauss": re.compile(r"(\d+(?:\.\d*)?)aciq_gauss")}
 
 
+_WEIGHTED = re.compile(r"weighted_scale_param\[([-+\d.]+),([-+\d.]+),([-+\d.]+),([-+\d.]+),?\]")
+
+
 class Strategy(SettingValue):
     """A calibration strategy, taken apart once where the cfg or an opt_config names it:
-    `kind` (one of NAMED, 'percentile' or 'std') and its number (the percentile, the
-    count of standard deviations; None for the named ones). It is its text, too."""
+    `kind` (one of NAMED, 'percentile', 'std', ..., 'weighted_scale_param') and its
+    number (the percentile, the count of standard deviations; None for the named ones) or
+    its params (weighted_scale_param's four). It is its text, too."""
     kind: str
     number: float
+    params: tuple
 
-    def __new__(cls, text: str, kind: str, number: float = None):
+    def __new__(cls, text: str, kind: str, number: float = None, params: tuple = ()):
         self = super().__new__(cls, text)
-        self.kind, self.number = kind, number
+        self.kind, self.number, self.params = kind, number, tuple(params)
         return self
 
     def __getnewargs__(self):
-        return str(self), self.kind, self.number
+        return str(self), self.kind, self.number, self.params
 
 
 def check_strategy(name, where: str = "") -> Strategy:
@@ -50,6 +55,13 @@ def check_strategy(name, where: str = "") -> Strategy:
     s = str(name).strip().lower()
     if s in NAMED:
         return Strategy(s, s)
+    m = _WEIGHTED.fullmatch(re.sub(r"\s+", "", s))
+    if m:
+        params = tuple(float(v) for v in m.groups())
+        if params[0] > 1:
+            raise ConfigError(f"{where}calibration strategy '{name}': the tool chain's automatic form (first "
+                              f"param above 1) is not implemented in npuopt; give the four params (first <= 1)")
+        return Strategy(s, "weighted_scale_param", None, params)
     for kind, pattern in _NUMBERED.items():
         m = pattern.fullmatch(s)
         if m:
@@ -79,6 +91,8 @@ def calibrate_range(stats: Statistics, strategy, bits: int = 8, symmetric: bool 
         lo, hi = kld_range(stats, bits, int(s.number or 1))
     elif s.kind == "mse":
         lo, hi = mse_range(stats, bits, symmetric)
+    elif s.kind == "weighted_scale_param":
+        return weighted_scale_range(stats, bits, s.params)
     elif s.kind == "aciq_gauss":
         lo, hi = aciq_range(stats, gauss_alpha(bits) * stats.std * (s.number or 1.0))
     else:
@@ -267,3 +281,22 @@ def aciq_range(stats: Statistics, alpha: float):
     if stats.hist_lo >= 0:
         return stats.min, mu + alpha
     return mu - alpha, mu + alpha
+
+
+def weighted_scale_range(stats: Statistics, bits: int, params: tuple):
+    """weighted_scale_param[a,b,c,d], the tool chain's form with given params: the scale is a
+    weighted mean alpha * s_pos + (1 - alpha) * s_neg of the scales the running maximum and
+    the running minimum's magnitude give alone ((2^bits - 1) / extent), alpha = a where
+    the positive side is the larger, else b where the standard deviation exceeds d, else
+    c; the range is +-(2^bits - 1) / scale (0 up where nothing is negative). Per-channel
+    statistics keep their running ranges, as there."""
+    if isinstance(stats.min, torch.Tensor):
+        return stats.running_min, stats.running_max
+    levels = float((1 << bits) - 1)
+    tiny = float(torch.finfo(torch.float32).eps)
+    pos, neg = abs(max(0.0, float(stats.running_max))), abs(min(0.0, float(stats.running_min)))
+    s_pos, s_neg = levels / (pos if pos >= tiny else levels), levels / (neg if neg >= tiny else levels)
+    a, b, c, d = params
+    alpha = a if pos > neg else (b if stats.std > d else c)
+    extent = levels / (alpha * s_pos + (1 - alpha) * s_neg)
+    return (-extent if float(stats.min) < 0 else 0.0), extent
