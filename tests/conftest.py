@@ -122,6 +122,18 @@ def line_of(txt: Path, layer: Optional[str], key: str) -> int:
     raise AssertionError(f"no key '{key}' in the block of layer {layer!r} of {txt}")
 
 
+def npuopt_run_outputs(ir: Path, x: np.ndarray, folder: Path) -> dict:
+    """`npuopt-run` (its entry point's module) on quantized IR `ir` with input `x`: its
+    outputs by name (the run must succeed)."""
+    np.save(folder / "x.npy", x)
+    out = folder / "run.npz"
+    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(ir), "-i", str(folder / "x.npy"),
+                             "-o", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with np.load(out) as outputs:
+        return dict(outputs)
+
+
 def write_cfg(path: Path, **fields) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = "".join(f"{k} = {v}\n" for k, v in fields.items())

@@ -5,14 +5,11 @@ float32 and holds values of its type: its tops are written as that type and roun
 which stay float32; a DeQuantize before it gives that type. The IR read back and
 npuopt-run compute the same. OPT's forward reads them as npuopt does: the conformance
 setting `float16_conv` (within one float16 step where float sums round differently)."""
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import npuopt_run_outputs
 from npuopt.dtype import Dtype, fit_float
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
@@ -61,12 +58,7 @@ def test_a_float16_layer_holds_values_of_its_type(tmp_path, mode, dtype):
     assert f"layer_top_type=[{dtype.value}]" in text and f"weights_type={dtype.value}" in text
     back = read_graph(str(path))
     assert torch.equal(back.forward(x)[0], got)
-    np.save(tmp_path / "x.npy", x[0].numpy())
-    out = tmp_path / "run.npz"
-    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(path), "-i", str(tmp_path / "x.npy"),
-                             "-o", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    ran = np.load(out)[qg.output_tensors[0].name]
+    ran = npuopt_run_outputs(path, x[0].numpy(), tmp_path)[qg.output_tensors[0].name]
     assert np.abs(ran.astype(np.int64) - got.numpy().astype(np.int64)).max() <= 1   # a float16 step at most
 
 

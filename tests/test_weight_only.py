@@ -6,14 +6,11 @@ weights). Every linear layer type; npuopt's forward of the IR read back, npuopt-
 the in-memory graph agree; GPTQ and AdaRound round per-block grids. OPT's forward reads
 weight-only FullyConnected layers as npuopt does: tests/test_conformance.py's
 `weight_only_fc` setting."""
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import npuopt_run_outputs
 from npuopt.dtype import Dtype, fit_float
 from npuopt.errors import ConfigError, QuantizeError
 from npuopt.ir import read_graph, write_graph
@@ -112,12 +109,7 @@ def test_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, ind
     assert torch.equal(back.forward(x)[0], got)
     # npuopt-run, on its own (float32 sums in another order: within one float16 step where
     # a sum lies on a rounding edge of the float16 output)
-    np.save(tmp_path / "x.npy", x[0].numpy())
-    out = tmp_path / "run.npz"
-    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(path), "-i", str(tmp_path / "x.npy"),
-                             "-o", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    ran = np.load(out)[qg.output_tensors[0].name]
+    ran = npuopt_run_outputs(path, x[0].numpy(), tmp_path)[qg.output_tensors[0].name]
     np.testing.assert_allclose(ran, got.numpy(), rtol=2 ** -10, atol=1e-5 * float(got.abs().max()))
     assert (ran == got.numpy()).mean() > 0.9
 
