@@ -94,23 +94,19 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
         fresh = copy.deepcopy(float_node, {**kept_tensors([float_node]),
                                            **{id(f): q for f, q in zip(float_node.inputs, node.inputs)}})
         fresh.attrs["qsettings"] = settings[node.name]
-        if not node.quantized:  # kept in float: only its weights are quantized again
-            if not quantize_weights_only(fresh):
+        if node.quantized:
+            try:
+                fresh.quantize()
+            except Unsupported:
                 return None
+            if inputs != [_quantization(t) for t in node.inputs]:
+                return None
+        elif quantize_weights_only(fresh):  # kept in float: only its weights are quantized again
             store_in_float(fresh)
-            fresh.params["unquantifiable"] = True
-            qgraph.nodes[index] = fresh
-            qgraph.replace_tensors({t.name: t for t in fresh.outputs})
-            redone.add(node.name)
-            continue
-        try:
-            fresh.quantize()
-        except Unsupported:
+        else:
             return None
-        if inputs != [_quantization(t) for t in node.inputs]:
-            return None
-        fresh.quantized = True
-        fresh.params["unquantifiable"] = False
+        fresh.quantized = node.quantized
+        fresh.params["unquantifiable"] = not node.quantized
         qgraph.nodes[index] = fresh
         qgraph.replace_tensors({t.name: t for t in fresh.outputs})
         redone.add(node.name)
