@@ -66,10 +66,7 @@ def parallel_batches(graph, copies: int, batch_dim: int = 0):
     nodes, parts = [], {t.name: [] for t in graph.input_tensors}
     for t in graph.input_tensors:
         layer = producers[t.name]
-        whole = _renamed(t, f"{t.name}_input")
-        shape = list(whole.ir_shape)
-        shape[batch_dim] = int(shape[batch_dim]) * copies
-        whole.ir_shape = TensorShape(shape)
+        whole = _renamed(t, f"{t.name}_input", copies, batch_dim)
         source = PyNode(f"{layer.name}_Input", "Input")
         source.outputs, source.quantized = [whole], layer.quantized
         split = PyNode(f"{layer.name}_Split", "Split")
@@ -92,10 +89,7 @@ def parallel_batches(graph, copies: int, batch_dim: int = 0):
         for k, t in enumerate(graph.output_tensors):
             outputs[k].append(memo[id(t)] if id(t) in memo else parts[t.name][i])
     for k, t in enumerate(graph.output_tensors):
-        joined = _renamed(t, f"{t.name}_concat")
-        shape = list(joined.ir_shape)
-        shape[batch_dim] = int(shape[batch_dim]) * copies
-        joined.ir_shape = TensorShape(shape)
+        joined = _renamed(t, f"{t.name}_concat", copies, batch_dim)
         concat = PyNode(f"{t.name}_concat", "Concat")
         concat.params["axis"] = batch_dim
         concat.inputs, concat.outputs, concat.quantized = outputs[k], [joined], t.is_quantized
@@ -115,7 +109,12 @@ def _suffix(i: int) -> str:
     return "" if i == 0 else f"_clone_{i - 1}"
 
 
-def _renamed(t, name: str):
+def _renamed(t, name: str, copies: int = 1, batch_dim: int = 0):
+    """A copy of tensor t named `name`, its batch axis `copies` times as large."""
     twin = copy.copy(t)
     twin.name = name
+    shape = list(twin.ir_shape)
+    if shape:
+        shape[batch_dim] = int(shape[batch_dim]) * copies
+    twin.ir_shape = TensorShape(shape)
     return twin
