@@ -377,11 +377,10 @@ def _adapted_bias_bits(f: torch.Tensor, s, bits: int, effective: int) -> int:
     cleared = qmath.clear_low_bits(q, effective)
     if abs(_bias_kl(q.log_softmax(-1), target) - _bias_kl(cleared.log_softmax(-1), target)) <= 0.05:
         return bits
-    scores = {}
+    scores, step = {}, s.double().reshape(-1) if isinstance(s, torch.Tensor) else s
     for width in range(min(max(effective, 19), bits - 1), bits):
         qw = qmath.quantize(f, s, 0, *qmath.integer_range(width, True)).double().reshape(-1)
-        real = qw / (s.double().reshape(-1) if isinstance(s, torch.Tensor) else s)
-        kept = qmath.clear_low_bits(qw, effective) / (s.double().reshape(-1) if isinstance(s, torch.Tensor) else s)
+        real, kept = qw / step, qmath.clear_low_bits(qw, effective) / step
         scores[width] = abs(_bias_kl(kept.log_softmax(-1), real.softmax(-1)))
     return min(scores, key=lambda w: (scores[w], w))
 
