@@ -82,7 +82,7 @@ def _name_list(s):
     return items
 
 
-WEIGHT_ONLY_MODE = re.compile(r"_act_(int|fp8e4m3fn|fp4e2m1fn)_wht")  # float activations, quantized weights
+WEIGHT_ONLY_MODE = re.compile(r"_act_(int|fp8e4m3fn)_wht")  # float activations, quantized weights (fp4: not yet)
 FLOAT_MODES = ("disable", "float16_preferred", "bfloat16_preferred", "float32_preferred",
                "float16_act_int_wht", "bfloat16_act_int_wht", "float32_act_int_wht",
                "float16_act_fp8e4m3fn_wht", "float16_act_fp4e2m1fn_wht", "bfloat16_act_fp8e4m3fn_wht",
@@ -107,9 +107,9 @@ def _float_ops(s):
 
 
 def _float_mode_unsupported(mode) -> str:
-    if isinstance(mode, str) and WEIGHT_ONLY_MODE.search(mode) and "_act_int_wht" not in mode:
-        return (f"'{mode}' asks for fp8/fp4 weights with float activations, which npuopt does not implement "
-                f"yet; the *_act_int_wht modes (integer weights) are")
+    if isinstance(mode, str) and "_act_fp4e2m1fn_wht" in mode:
+        return (f"'{mode}' asks for fp4 weights with float activations, which npuopt does not implement "
+                f"yet; the *_act_int_wht and *_act_fp8e4m3fn_wht modes are")
     return ""
 
 
@@ -164,7 +164,7 @@ def _multiplier_bits(s):
 def _quant_type_unsupported(q) -> str:
     if q in QUANT_TYPE_SETTINGS or q == "disable":
         return ""
-    return (f"quant_type '{q}' (fp8/fp4) is not implemented in npuopt yet; disable, "
+    return (f"quant_type '{q}' (fp4 weights) is not implemented in npuopt yet; disable, "
             f"{', '.join(QUANT_TYPE_SETTINGS)} are")
 
 
@@ -186,7 +186,37 @@ QUANT_TYPE_SETTINGS = {
     "w8abfp16": dict(weight_bits=8, trigger_float_op="bfloat16_act_int_wht"),
     "fp16": dict(trigger_float_op="float16_preferred"),
     "bf16": dict(trigger_float_op="bfloat16_preferred"), "bfp16": dict(trigger_float_op="bfloat16_preferred"),
+    # scaled fp8 activations (and weights), on FP8_LAYER_TYPES only; 8-bit integers elsewhere
+    "wfp8afp8": dict(_W8A8, activation_type="float8_e4m3fn", weight_type="float8_e4m3fn"),
+    "wfp8e4m3afp8e4m3": dict(_W8A8, activation_type="float8_e4m3fn", weight_type="float8_e4m3fn"),
+    "wfp8e5m2afp8e5m2": dict(_W8A8, activation_type="float8_e5m2", weight_type="float8_e5m2"),
+    "w4afp8e4m3": dict(_W8A8, weight_bits=4, activation_type="float8_e4m3fn"),
+    "w4afp8e5m2": dict(_W8A8, weight_bits=4, activation_type="float8_e5m2"),
 }
+# the layer types the tool chain's fp8 quant_types apply to (its supprot_fp_quant_type_op_type_):
+# the linear layers, graph inputs and constants, and the layers that only move values
+SHAPE_ONLY_TYPES = ("Reshape", "Permute", "Transpose", "Squeeze", "Tile", "Repeat", "Pad", "StridedSlice", "Slice",
+                    "Split", "Crop", "SpaceToDepth", "DepthToSpace", "SpaceToBatch", "BatchToSpace", "BatchToDepth")
+FP8_LAYER_TYPES = {
+    "wfp8afp8": ("Convolution", "FullyConnected", "DepthwiseConv", "MatMul", "Input", "Constant") + SHAPE_ONLY_TYPES,
+    "w4afp8e4m3": ("FullyConnected",) + SHAPE_ONLY_TYPES, "w4afp8e5m2": ()}
+FP8_LAYER_TYPES.update(wfp8e4m3afp8e4m3=FP8_LAYER_TYPES["wfp8afp8"], wfp8e5m2afp8e5m2=FP8_LAYER_TYPES["wfp8afp8"])
+
+
+# fused activations an fp8 layer computes (the tool chain's fused RELU6/CLIP/... forwards
+# fail on an fp8 layer, which has no shift_value)
+FP8_FUSED = ("NONE", "RELU")
+
+
+def quant_type_settings(q: str, layer_type: str, fused: str = "NONE") -> dict:
+    """The settings quant_type `q` sets on a layer of `layer_type` (with fused activation
+    `fused`): an fp8 type's formats only where FP8_LAYER_TYPES has the type and the fused
+    activation is in FP8_FUSED (8-bit integers elsewhere, as the tool chain resets
+    quant_type on other layers)."""
+    values = dict(QUANT_TYPE_SETTINGS.get(q, {}))
+    if q in FP8_LAYER_TYPES and (layer_type not in FP8_LAYER_TYPES[q] or str(fused).upper() not in FP8_FUSED):
+        values = dict(_W8A8)
+    return values
 
 
 # ---- global_calibration and mixed_precision_auto_search: OPT's syntax -------------------

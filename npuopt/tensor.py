@@ -131,7 +131,7 @@ class PyTensor:
 
     @property
     def is_quantized(self) -> bool:
-        return self.dtype.is_integer and self.qbits is not None
+        return self.dtype.is_quantized and self.qbits is not None
 
     @property
     def is_per_channel(self) -> bool:

@@ -10,7 +10,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 
-from . import intmath
+from . import fp8, intmath
 from .errors import RefrunError
 from .irfile import DType, Layer, Model
 from .ops import OPS
@@ -31,6 +31,11 @@ class TensorInfo:
     @property
     def is_int(self) -> bool:
         return self.dtype.is_int
+
+    @property
+    def quantized(self) -> bool:
+        """Integers, or a scaled fp8 format: what a quantized layer reads and writes."""
+        return self.dtype.is_int or self.dtype.fp8
 
     def quant(self, who: Layer):
         """(scale, zp) of an integer tensor; a quantized IR must carry both."""
@@ -60,13 +65,15 @@ _DESCRIPTIVE_CONSTANTS = ("weights_scale", "biases_scale")
 
 def computes_in_integers(layer: Layer, infos: Dict[str, TensorInfo]) -> bool:
     """Whether a layer runs its integer forward, as the tool chain decides it on a quantized
-    IR: Quantize does; `unquantifiable=true` layers do not; any other layer does unless a
-    float tensor (16 bits or more) enters or leaves it or is one of its constants (a
+    IR: Quantize does; `unquantifiable=true` layers do not; fp8 layers (an fp8 tensor enters
+    or leaves them) do; any other layer does unless a float tensor (16 bits or more) enters or leaves it or is one of its constants (a
     lookup table's layer aside)."""
     if layer.type == "Quantize":
         return True
     if layer.param("unquantifiable", False) is True:
         return False
+    if any(d.fp8 for d in [infos[b].dtype for b in layer.bottoms] + layer.top_types):
+        return True  # an fp8 layer: its float32 biases and scales do not make it float
     floats = [not d.is_int and d.name != "bool" for d in [infos[b].dtype for b in layer.bottoms] + layer.top_types]
     if not any("lut" in name for name in layer.consts):
         floats += [np.issubdtype(v.dtype, np.floating) for name, v in layer.consts.items()
@@ -139,7 +146,7 @@ class Runner:
                                   f"{', '.join(sorted(OPS))})", "layer_type")
             for t in layer.tops:
                 info = self.infos[t]
-                if info.is_int and not (layer.type == "Constant" and info.scale is None):
+                if info.quantized and not (layer.type == "Constant" and info.scale is None):
                     info.quant(layer)  # integers need scale/zp, but a Constant's indices
             axes = layer.param("activation_quantization_axis", [])
             axes = axes if isinstance(axes, list) else [axes]
@@ -153,12 +160,12 @@ class Runner:
         output scale that would quantize or dequantize to garbage."""
         weight_only = any(layer.has_const("weights_scale") or "weights_scale" in layer.params
                           for layer in self.model.layers)
-        if not weight_only and not any(info.is_int and info.scale is not None for info in self.infos.values()):
+        if not weight_only and not any(info.quantized and info.scale is not None for info in self.infos.values()):
             raise RefrunError(f"{self.model.path}: not a quantized IR: no layer writes an integer tensor with a "
                               f"layer_top_scale (a float IR; quantize it with npuopt first)")
         for name in self.model.inputs + self.model.outputs:
             info = self.infos[name]
-            if info.is_int and info.scale is not None and not (math.isfinite(info.scale) and info.scale > 0):
+            if info.quantized and info.scale is not None and not (math.isfinite(info.scale) and info.scale > 0):
                 kind = "input" if name in self.model.inputs else "output"
                 raise info.producer.error(f"layer_top_scale {info.scale} of graph {kind} '{name}' must be a "
                                           f"positive finite number", "layer_top_scale")
@@ -195,7 +202,9 @@ class Runner:
         values = []
         for name, x in zip(self.model.inputs, arrays):
             info = self.infos[name]
-            if not info.is_int:
+            if info.dtype.fp8:
+                values.append(fp8.quantize(x, info.quant(info.producer)[0], info.dtype.name))
+            elif not info.is_int:
                 values.append(to_float_type(x.astype(np.float32), info.dtype.name))
             elif integer_input:
                 x = x.astype(np.int64)
@@ -282,9 +291,9 @@ class Runner:
             raise layer.error(f"npuopt-run has no {mode} forward for {layer.type}")
         infos = [self.infos[b] for b in layer.bottoms]
         for info in infos:
-            if info.is_int != (quantized != op.reads_other_kind):
+            if info.quantized != (quantized != op.reads_other_kind):
                 raise layer.error(f"{'an integer' if quantized else 'a float'} {layer.type} reads "
-                                  f"{'integer' if info.is_int else 'float'} tensor '{info.name}' "
+                                  f"{'quantized' if info.quantized else 'float'} tensor '{info.name}' "
                                   f"(values cross between float and integer only through "
                                   f"Quantize/DeQuantize layers)")
         try:

@@ -24,6 +24,7 @@ and start OPT on them in the background (on a first batch while the next is quan
 each test computes npuopt's forward while OPT works, then waits for OPT's result.
 """
 import csv
+import re
 import subprocess
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,9 +61,19 @@ SETTINGS = {
                        "<[FullyConnected]:per_block_asymmetric>", "weight_block_size=8"],
     # float16 Convolution layers (float16 tops and weights, float32 biases) among integer ones
     "float16_conv": ["trigger_float_op=disable & <[Convolution]:float16_preferred!>"],
+    # fp8 linear layers (and inputs, constants, moves) among 8-bit integer ones, per-channel weights
+    "fp8_e4m3": ["quant_type=wfp8afp8", "quantize_method_for_weight=per_channel_symmetric_restricted_range"],
+    "fp8_e5m2": ["quant_type=wfp8e5m2afp8e5m2"],
+    # fp8 weights of FullyConnected layers kept in float (weight-only), in blocks of 8
+    "weight_only_fp8_fc": ["trigger_float_op=disable & <[FullyConnected]:float16_act_fp8e4m3fn_wht>",
+                           "quantize_method_for_weight=per_channel_symmetric_restricted_range & "
+                           "<[FullyConnected]:per_block_symmetric_restricted_range>", "weight_block_size=8"],
 }
+_FP8_TYPES = r"layer_type=(FullyConnected|Convolution|DepthwiseConv|MatMul)\n"
 # settings that change some layer types only, and the cases (op tests or models) they run on
-ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected", "float16_conv": "layer_type=Convolution\n"}
+# (a pattern the IR's text has)
+ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected", "float16_conv": "layer_type=Convolution\n",
+             "fp8_e4m3": _FP8_TYPES, "fp8_e5m2": _FP8_TYPES, "weight_only_fp8_fc": "layer_type=FullyConnected"}
 # op tests only: in a whole model, float16 layers' last-step differences (float sums in
 # another order) pass through the integer layers after them and grow to a few LSBs
 OP_TESTS_ONLY = ("float16_conv",)
@@ -168,20 +179,24 @@ def npuopt_forward(txt: Path, inputs: List[Path]):
     return graph, [o.detach().cpu().numpy() for o in outputs]
 
 
+# float outputs rounded to a narrow type: one step of the type at each value is allowed
+FLOAT_MANTISSA_BITS = {"float16": 10, "bfloat16": 7, "float8_e4m3fn": 3, "float8_e5m2": 2}
+
+
 def _difference(ours: np.ndarray, theirs: np.ndarray, exact: bool = False, dtype=None) -> Tuple[np.ndarray, object]:
     """|ours - theirs| and the largest difference allowed: 1 LSB for integers (0 when
     `exact`), float32 rounding for float tensors, and one step of the type at each value
-    for a float16/bfloat16 output (`dtype`: sums in another order can round to the next
-    value of the type)."""
+    for a float16/bfloat16/fp8 output (`dtype`: sums in another order, or the tool chain's
+    own fp8 rounding of subnormals, can give the next value of the type)."""
     diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
     if theirs.dtype.kind in "iub":
         return diff, 0.0 if exact else 1.0
     allowed = FLOAT_TOLERANCE * max(1.0, float(np.abs(theirs).max(initial=0.0)))
     name = getattr(dtype, "value", None)
-    if name in ("float16", "bfloat16"):
+    if name in FLOAT_MANTISSA_BITS:
         magnitude = np.maximum(np.abs(theirs.astype(np.float64)), np.abs(ours.astype(np.float64)))
         exponent = np.floor(np.log2(np.maximum(magnitude, np.finfo(np.float16).tiny)))
-        step = np.exp2(exponent - (10 if name == "float16" else 7))
+        step = np.exp2(exponent - FLOAT_MANTISSA_BITS[name])
         return diff, np.maximum(step, allowed)
     return diff, allowed
 
@@ -290,7 +305,7 @@ OP_CASES = sorted(p.parent.name for p in OP_TESTS.glob("*/opt.cfg")) + ["pad_non
 
 def applies(setting: str, ir: Path) -> bool:
     """Whether `setting` changes anything in the IR `ir` (ONLY_WITH; pad_nonnegative: Pad layers)."""
-    return setting not in ONLY_WITH or (ir.is_file() and ONLY_WITH[setting] in ir.read_text())
+    return setting not in ONLY_WITH or (ir.is_file() and re.search(ONLY_WITH[setting], ir.read_text()) is not None)
 
 
 OP_PARAMS = [pytest.param(c, s, id=f"{c}-{s}") for c in OP_CASES for s in SETTINGS

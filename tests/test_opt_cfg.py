@@ -151,8 +151,8 @@ def test_unknown_field_names_the_closest(tmp_path):
     ("mixed_precision_auto_search", "1,0.02,L", "mixed precision auto search is not implemented"),
     ("calibration_strategy_for_weight", "weighted_scale_param[2,0.2,0.3,0.4]", "automatic form (first param above 1) "
                                                                                 "is not implemented"),
-    ("quant_type", "wfp8afp8", "quant_type 'wfp8afp8' (fp8/fp4) is not implemented"),
-    ("trigger_float_op", "float16_act_fp8e4m3fn_wht", "fp8/fp4 weights with float activations"),
+    ("quant_type", "wfp4afp8e4m3", "quant_type 'wfp4afp8e4m3' (fp4 weights) is not implemented"),
+    ("trigger_float_op", "float16_act_fp4e2m1fn_wht", "fp4 weights with float activations"),
 ])
 def test_what_npuopt_lacks_stops_with_one_line(tmp_path, field, value, said):
     with pytest.raises(ConfigError) as info:

@@ -183,8 +183,8 @@ def test_bias_effective_bits_auto_adaption_searches_a_narrower_clamp():
     when 9 low bits are cleared, which moves their softmax by 0.06 in KL (over 0.05), so
     the adaption searches the clamp width (19 to 31 bits) that the clearing changes least,
     as the tool chain's does; biases the clearing does not move keep all their bits."""
-    from npuopt.quant.tensors import _adapted_bias_bits
+    from npuopt.quant.bias_bits import adapted_bias_bits
     close = torch.tensor([1.0, 1.0 + 2 ** -23])
-    assert _adapted_bias_bits(close, float(2 ** 23), 32, 16) == 19
-    assert _adapted_bias_bits(torch.tensor([1.0, -1.0, 0.5, 0.25]), 100.0, 32, 16) == 32
-    assert _adapted_bias_bits(close, float(2 ** 23), 32, 31) == 32      # nothing cleared at 31 bits
+    assert adapted_bias_bits(close, float(2 ** 23), 32, 16) == 19
+    assert adapted_bias_bits(torch.tensor([1.0, -1.0, 0.5, 0.25]), 100.0, 32, 16) == 32
+    assert adapted_bias_bits(close, float(2 ** 23), 32, 31) == 32      # nothing cleared at 31 bits

@@ -257,28 +257,28 @@ def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
 
 def _is_quantized_ir(header, graph) -> bool:
     """A quantized IR (npuopt's or the tool chain's) has no compat_quantized_model header
-    key (the parser's float IRs do) and states its tops' integer quantization, or its
-    weights' (weight-only quantization: weights_scale)."""
+    key (the parser's float IRs do) and states its tops' integer or fp8 quantization, or
+    its weights' (weight-only quantization: weights_scale)."""
     if "compat_quantized_model" in header:
         return False
-    return any(any(t.dtype.is_integer for t in node.outputs) and "layer_top_scale" in node.attrs.get("ir_top_fields", {})
+    return any(any(t.dtype.is_quantized for t in node.outputs) and "layer_top_scale" in node.attrs.get("ir_top_fields", {})
                or "weights_scale" in node.constants or "weights_scale" in node.params for node in graph.nodes)
 
 
 def _deduce_quantized(node: PyNode) -> None:
-    """Whether a layer of a quantized IR computes in integers, as the tool chain decides:
-    Quantize layers do; `unquantifiable=true` layers do not; others do unless a float
-    tensor (16 bits or more) enters or leaves them or is one of their constants (a
-    lookup table aside)."""
+    """Whether a layer of a quantized IR computes quantized, as the tool chain decides: Quantize
+    and fp8 layers do; `unquantifiable=true` layers do not; others do unless a float tensor (16
+    bits or more) enters or leaves them or is one of their constants (a lookup table aside)."""
     if node.type == "Quantize":
         node.quantized = True
     elif node.params.get("unquantifiable", False) is True:
         node.quantized = False
     else:
         dtypes = [t.dtype for t in list(node.inputs) + list(node.outputs)]
-        if not any("lut" in k for k in node.constants):
+        fp8 = any(d.is_fp8 for d in dtypes)  # an fp8 layer: its float32 biases and scales do not count
+        if not fp8 and not any("lut" in k for k in node.constants):
             dtypes += [c.dtype for k, c in node.constants.items() if k not in ("weights_scale", "biases_scale")]
-        node.quantized = not any(d.is_float and d.bits >= 16 for d in dtypes)
+        node.quantized = fp8 or not any(d.is_float and d.bits >= 16 for d in dtypes)
     if node.quantized or "weights_scale" in node.constants or "weights_scale" in node.params:
         fields.read_constant_quant_fields(node)  # a float layer's integer weights too (weight-only)
 

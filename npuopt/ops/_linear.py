@@ -22,9 +22,11 @@ float forward computes every method; the stage-1 pass split_activation moves the
 others into an Activation layer of their own before quantization."""
 import torch
 
-from ..quant import qmath
+from ..config import FP8_FUSED
+from ..dtype import Dtype
+from ..quant import fp8, qmath
 from ..quant import tensors as QT
-from ..quant.fields import Rescale, remain_shift, write_remain_shift
+from ..quant.fields import FloatScale, Rescale, remain_shift, write_remain_shift
 from ..quant.settings import settings_of
 from ..registry import OpType
 from .activation import fused_forward, fused_method, quantize_fused
@@ -39,6 +41,8 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
     QT.check_quantized_inputs(node)
     x, out = node.inputs[0], node.outputs[0]
     st = settings_of(node)
+    if st.fp8_activations:
+        return quantize_fp8_linear(node, groups)
     QT.quantize_activation(node, out)
     w_scale = QT.quantize_weights(node, "weights", axis=0, groups=groups)
     w = node.get_constant("weights")
@@ -60,6 +64,28 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
     QT.quantize_biases(node, b_scale, w_sums, int(x.zerop))
     quantize_fused(node, out)
     write_remain_shift(node, remain if ahead else None)
+
+
+def quantize_fp8_linear(node, groups: int = 1) -> None:
+    """The tool chain's fp8 layer: output in the layer's fp8 activation_type, weights in its
+    weight_type (fp8, or integers of weight_bits), float32 biases b * fl32(s_x * s_w), and
+    one float32 rescale s_y / (s_x * s_w) per tensor or channel (FloatScale)."""
+    x, out = node.inputs[0], node.outputs[0]
+    if fused_method(node) not in FP8_FUSED or not x.dtype.is_fp8:
+        what = f"fused {fused_method(node)}" if x.dtype.is_fp8 else f"a {x.dtype.value} input"
+        raise QT.Unsupported(f"layer '{node.name}' ({node.type}): an fp8 layer with {what} is not supported "
+                             f"(fp8 inputs, fused {' or '.join(FP8_FUSED)})")
+    QT.quantize_activation(node, out)
+    w_scale = QT.quantize_weights(node, "weights", axis=0, groups=groups)
+    f32 = torch.float32
+    b_scale = torch.tensor(x.scale, dtype=f32) * torch.as_tensor(w_scale, dtype=f32)
+    FloatScale(torch.tensor(out.scale, dtype=f32) / b_scale).write(node)
+    if "biases" in node.constants:
+        c = node.constants["biases"]
+        b = c.betensor.detach().to(f32).cpu()
+        c.betensor = (b * b_scale).to(c.betensor.device)
+        c.dtype, c.scale, c.zerop = Dtype.FP32, (b_scale if b_scale.dim() else float(b_scale)), 0
+    write_remain_shift(node, None)
 
 
 # the layers the tool chain shifts ahead (Convolution3D's, too, sums in float32), and the
@@ -95,6 +121,8 @@ def output_stage(node):
     whole tensor. PRELU with slopes over more than the channels runs whole."""
     out = node.outputs[0]
     biases = QT.shifted(node.constants["biases"]).reshape(-1) if "biases" in node.constants else None
+    if out.dtype.is_fp8:
+        return fp8_output_stage(node, biases)
     rescale = Rescale.read(node)
     prelu_slopes = node.get_constant("negative_slope").betensor.numel() if fused_method(node) == "PRELU" else None
     remain = remain_shift(node) if shifts_ahead(node) else None
@@ -129,4 +157,16 @@ def output_stage(node):
             part.copy_(rows[start: start + step])
             result[start: start + step].copy_(stage(part))
         return result.reshape(acc.shape)
+    return run
+
+
+def fp8_output_stage(node, biases):
+    """An fp8 layer's output stage: acc (exact float64 sums) + float32 biases, the fused
+    RELU, times the float32 rescale, rounded to the output's format (quant/fp8.py)."""
+    scale, fmt = FloatScale.read(node).scale, node.outputs[0].dtype.value
+    relu = fused_method(node) == "RELU"
+
+    def run(acc: torch.Tensor) -> torch.Tensor:
+        y = acc.to(torch.float64) + (biases.to(acc.device) if biases is not None else 0.0)
+        return fp8.requantize(y.clamp_(min=0.0) if relu else y, scale, fmt)
     return run

@@ -2,12 +2,16 @@
 
 Quantized: acc = A @ B with A = q_a + zp_a, B = q_b + zp_b in exact integers, then
 one multiplier/shift for s_out / (s_a * s_b). (The tool chain takes this product
-in float32, which equals the exact integers while partial sums stay below 2^24.)"""
+in float32, which equals the exact integers while partial sums stay below 2^24.)
+
+fp8 (an fp8 quant_type): both inputs and the output in the fp8 format, acc = A @ B of
+the format's values (exact in float64), then the float32 rescale s_out / (s_a * s_b)
+and rounding to the format (quant/fp8.py)."""
 import torch
 
-from ..quant import qmath
+from ..quant import fp8, qmath
 from ..quant import tensors as QT
-from ..quant.fields import Rescale
+from ..quant.fields import FloatScale, Rescale
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 
@@ -23,6 +27,10 @@ def _operands(node, a, b):
 def matmul_quantized(self):
     a_t, b_t = self.inputs
     out = self.outputs[0]
+    if out.dtype.is_fp8:  # fp8 operands: their products and sums are exact in float64
+        a, b = _operands(self, a_t.betensor.to(torch.float64), b_t.betensor.to(torch.float64))
+        return QT.store_output(self, fp8.requantize(torch.matmul(a, b), FloatScale.read(self).scale,
+                                                    out.dtype.value), out)
     a, b = _operands(self, QT.shifted(a_t, torch.float32), QT.shifted(b_t, torch.float32))
     acc = qmath.exact_matmul(a, b, QT.shifted_absmax(a_t))
     return QT.store_output(self, Rescale.read(self).apply(acc, out.zerop, out.qmin, out.qmax), out)
@@ -43,5 +51,13 @@ def matmul_quantize(self, *args):
     QT.check_quantized_inputs(self)
     a_t, b_t = self.inputs
     out = self.outputs[0]
+    if settings_of(self).fp8_activations:
+        if not (a_t.dtype.is_fp8 and b_t.dtype.is_fp8):
+            raise QT.Unsupported(f"layer '{self.name}' (MatMul): an fp8 MatMul takes two fp8 inputs")
+        QT.quantize_activation(self, out)
+        f32 = torch.float32
+        FloatScale(torch.tensor(out.scale, dtype=f32) / (torch.tensor(a_t.scale, dtype=f32) *
+                                                         torch.tensor(b_t.scale, dtype=f32))).write(self)
+        return
     QT.quantize_activation(self, out)
     Rescale.from_ratio(out.scale / (a_t.scale * b_t.scale), settings_of(self).multiplier_bits).write(self)

@@ -142,6 +142,34 @@ class Rescale:
         return qmath.requantize(x, self.multiplier, self.shift, zp, qmin, qmax)
 
 
+@dataclass
+class FloatScale:
+    """The rescale of a layer computing in a scaled fp8 format (quant/fp8.py): one float32
+    factor, as param `scale_value` (with `scale_type = float32`) or per channel as the
+    float32 constant `scale`; no shift."""
+    scale: Union[float, torch.Tensor]
+
+    def write(self, node) -> None:
+        for k in ("scale", "shift", "scale_value", "shift_value", "scale_type", "shift_type"):
+            node.params.pop(k, None)
+            node.constants.pop(k, None)
+        if isinstance(self.scale, torch.Tensor) and self.scale.numel() > 1:
+            set_constant(node, "scale", self.scale.to(torch.float32), Dtype.FP32)
+        else:
+            node.params["scale_value"] = _float32(self.scale)
+            node.params["scale_type"] = Dtype.FP32.value
+
+    @classmethod
+    def read(cls, node) -> "FloatScale":
+        if "scale" in node.constants:
+            return cls(node.constants["scale"].betensor.to(torch.float32))
+        v = node.params.get("scale_value")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise IRError(f"layer '{node.name}' ({node.type}): an fp8 layer needs a number 'scale_value' (or the "
+                          f"constant 'scale'), got {v!r}")
+        return cls(_float32(v))
+
+
 def _int_or_tensor(v, node, what):
     if isinstance(v, torch.Tensor):
         return v if v.numel() > 1 else int(v.reshape(-1)[0])
@@ -238,7 +266,7 @@ def read_top_fields(node, values: dict) -> None:
             t.scale = _float32(values["layer_top_scale"][i])
         if "layer_top_zp" in values:
             t.zerop = int(values["layer_top_zp"][i])
-        if t.dtype.is_integer and ("layer_top_scale" in values or "layer_top_range" in values):
+        if t.dtype.is_quantized and ("layer_top_scale" in values or "layer_top_range" in values):
             t.qbits = t.dtype.bits
             t.qmin, t.qmax = t.dtype.qmin, t.dtype.qmax
             if "layer_top_range" in values:  # a float range (a parser IR of a quantized model) is not a clamp
@@ -250,7 +278,8 @@ def read_top_fields(node, values: dict) -> None:
 def constant_quant_fields(node):
     """(params, constants) that state the weights'/biases' quantization:
     <c>_scale/<c>_zp as params when per tensor, float32/int32 constants per channel or
-    per block ([channels * blocks], with the param weight_block_size)."""
+    per block ([channels * blocks], with the param weight_block_size); fp8 weights' zero
+    points in their own type."""
     params, constants = {}, {}
     for key in QUANTIZED_CONSTANTS:
         c = node.constants.get(key)
@@ -258,9 +287,12 @@ def constant_quant_fields(node):
             continue
         if isinstance(c.scale, torch.Tensor) and c.scale.numel() > 1:
             constants[f"{key}_scale"] = (c.scale.to(torch.float32), Dtype.FP32)
-            zp = torch.as_tensor(c.zerop).reshape(-1)
-            constants[f"{key}_zp"] = (zp.to(torch.int32) if key == "weights" else zp.to(torch.int64),
-                                      Dtype.INT32 if key == "weights" else Dtype.INT64)
+            zp = torch.as_tensor(c.zerop).reshape(-1).expand(c.scale.numel())
+            if c.dtype.is_fp8:  # the tool chain's library wants fp8 weights' zero points in their type
+                constants[f"{key}_zp"] = (zp.to(torch.float32), c.dtype)
+            else:
+                constants[f"{key}_zp"] = (zp.to(torch.int32) if key == "weights" else zp.to(torch.int64),
+                                          Dtype.INT32 if key == "weights" else Dtype.INT64)
         else:
             params[f"{key}_scale"] = _float32(c.scale)
             params[f"{key}_zp"] = int(c.zerop)
@@ -274,7 +306,7 @@ def read_constant_quant_fields(node) -> None:
     where the integer forward reads them."""
     for key in QUANTIZED_CONSTANTS:
         c = node.constants.get(key)
-        if c is None or not c.dtype.is_integer:
+        if c is None or not c.dtype.is_quantized:
             continue
         for suffix, attr in (("_scale", "scale"), ("_zp", "zerop")):
             name = key + suffix

@@ -142,12 +142,13 @@ class QuantPlan:
         self.values[layer] = {**self.values[layer], **values}  # multiplier_bits 0 (the cfg's) is derived anew
         self.settings[layer] = QuantSettings(**self.values[layer])
         self.graph.node(layer).attrs["qsettings"] = self.settings[layer]
-        if "trigger_float_op" in values:
+        boundaries = bool({"trigger_float_op", "activation_type"} & set(values))  # where Quantize layers go
+        if boundaries:
             self.forget()
         else:
             self.replan(layer)
         redone = None
-        if self.qgraph is not None and "trigger_float_op" not in values:
+        if self.qgraph is not None and not boundaries:
             with _said_once(), quantized_graph_edits(self.graph, self.cfg):
                 redone = requantize(self.qgraph, self.graph, self.settings, {layer})
         if redone is None:

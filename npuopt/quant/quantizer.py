@@ -175,30 +175,45 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
     producer = {t.name: n for n in graph.nodes for t in n.outputs}
     made: Dict[tuple, PyTensor] = {}
     new_nodes = []
+
+    def boundary(kind, t: PyTensor, reader, float_dtype) -> PyTensor:
+        key = (kind, t.name, float_dtype, settings[reader.name].activation_type)
+        if key not in made:
+            b = PyNode(_unique(graph, f"{t.name}_{'dequantize' if kind == OpType.DeQuantize else 'quantize'}"), kind)
+            nt = PyTensor(b.name, t.betensor, float_dtype or t.dtype, t.ir_shape)
+            nt.statistics = t.statistics
+            b.inputs, b.outputs = [t], [nt]
+            b.attrs["boundary_of"] = reader.name
+            settings[b.name] = settings[reader.name]
+            made[key] = nt
+            new_nodes.append(b)
+        return made[key]
+
     for node in list(graph.nodes):
         is_float = node.name in keep_float or node.type == OpType.Quantize
         for i, t in enumerate(node.inputs):
             src = producer[t.name]
-            if t.qinvariant or (src.name in keep_float or src.type == OpType.DeQuantize) == is_float:
+            if t.qinvariant:
                 continue
-            kind = OpType.DeQuantize if is_float else OpType.Quantize
-            # a DeQuantize gives the float dtype its reader computes in (float16, bfloat16)
-            float_dtype = settings[node.name].float_dtype if node.name in keep_float else Dtype.FP32
-            key = (kind, t.name, float_dtype)
-            if key not in made:
-                suffix = "dequantize" if is_float else "quantize"
-                b = PyNode(_unique(graph, f"{t.name}_{suffix}"), kind)
-                nt = PyTensor(b.name, t.betensor, float_dtype if is_float else t.dtype, t.ir_shape)
-                nt.statistics = t.statistics
-                b.inputs, b.outputs = [t], [nt]
-                b.attrs["boundary_of"] = node.name
-                settings[b.name] = settings[node.name]
-                made[key] = nt
-                new_nodes.append(b)
-            node.inputs[i] = made[key]
+            if (src.name in keep_float or src.type == OpType.DeQuantize) != is_float:
+                # a DeQuantize gives the float dtype its reader computes in (float16, bfloat16)
+                float_dtype = settings[node.name].float_dtype if node.name in keep_float else Dtype.FP32
+                node.inputs[i] = boundary(OpType.DeQuantize, t, node, float_dtype) if is_float else \
+                    boundary(OpType.Quantize, t, node, None)
+            elif not is_float and _in_fp8(src, settings) != _in_fp8(node, settings):
+                # between fp8 and integer layers: to float16 and into the reader's format, as the
+                # tool chain converts (its library has no cast between the two)
+                node.inputs[i] = boundary(OpType.Quantize, boundary(OpType.DeQuantize, t, node, Dtype.FP16), node,
+                                          None)
     if new_nodes:
         graph.nodes.extend(new_nodes)
         graph.relink()
+
+
+def _in_fp8(node, settings) -> bool:
+    """Whether `node` (a layer, or a Quantize into one) computes in an fp8 format."""
+    st = settings.get(node.name)
+    return bool(st is not None and st.fp8_activations)
 
 
 def _unique(graph, name: str) -> str:

@@ -9,15 +9,18 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from typing import Dict, Mapping
 
-from ..config import FIELDS, FLOAT_MODES, QUANT_TYPE_SETTINGS, default_of, parse_field
+from ..config import (FIELDS, FLOAT_MODES, FP8_LAYER_TYPES, QUANT_TYPE_SETTINGS, WEIGHT_ONLY_MODE, default_of,
+                      parse_field, quant_type_settings)
 from ..dtype import Dtype
 from ..errors import ConfigError
 from ..logger import OPT_INFO, OPT_WARN
 from ..registry import BOUNDARY_TYPES
 from .formats import QuantMethod
+from .fp8 import FORMATS as FP8_FORMATS
 from .strategies import check_strategy
 
 TEMPLATE_IGNORED_KEYS = ("layer_type",)
+NUMBER_TYPES = ("int",) + tuple(FP8_FORMATS)
 OUTPUT_STRATEGY = check_strategy("extrema")  # for layers writing a graph output, unless opt_config says otherwise
 
 
@@ -52,6 +55,10 @@ class QuantSettings:
     # kept in float: False, True (named by the cfg's trigger_float_op list) or OPT's float mode
     # ("float16_preferred", "float16_act_int_wht": float activations, integer weights, ...)
     trigger_float_op: object = False
+    # the number format of the layer's activations and of its weights: "int" (integers of
+    # the bits above), or a scaled fp8 format (quant/fp8.py; set by an fp8 quant_type)
+    activation_type: str = "int"
+    weight_type: str = "int"
     # COMPASS_CFG_ATTRS as the cfg gives them for this layer (not settings: no template entry)
     cfg_attrs: Mapping[str, object] = field(default_factory=dict, compare=False)
 
@@ -68,6 +75,14 @@ class QuantSettings:
                  "multiplier_bits": self.multiplier_bits or min(int(self.activation_bits), 15)}
         for key, value in typed.items():
             object.__setattr__(self, key, value)
+        for key in ("activation_type", "weight_type"):
+            if getattr(self, key) not in NUMBER_TYPES:
+                raise ConfigError(f"{key} '{getattr(self, key)}' is not one of {', '.join(NUMBER_TYPES)}")
+
+    @property
+    def fp8_activations(self) -> bool:
+        """Activations in a scaled fp8 format (the layer computes as the tool chain's fp8 layers)."""
+        return self.activation_type != "int"
 
     @property
     def float_dtype(self) -> Dtype:
@@ -78,8 +93,14 @@ class QuantSettings:
 
     @property
     def weight_only(self) -> bool:
-        """Kept in float with integer weights (a *_act_int_wht float mode)."""
-        return isinstance(self.trigger_float_op, str) and "_act_int_wht" in self.trigger_float_op
+        """Kept in float with quantized weights (a *_act_int_wht or *_act_fp8e4m3fn_wht float mode)."""
+        return isinstance(self.trigger_float_op, str) and bool(WEIGHT_ONLY_MODE.search(self.trigger_float_op))
+
+    @property
+    def weights_format(self) -> str:
+        """The weights' number format: float8_e4m3fn in a *_act_fp8e4m3fn_wht mode, else weight_type."""
+        fp8_weights = isinstance(self.trigger_float_op, str) and "_act_fp8e4m3fn_wht" in self.trigger_float_op
+        return "float8_e4m3fn" if fp8_weights else self.weight_type
 
     @classmethod
     def names(cls):
@@ -104,8 +125,12 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
     quant_types = sorted({cfg.of("quant_type", n) for n in graph.nodes} & set(QUANT_TYPE_SETTINGS))
     for q in quant_types:
         what = ", ".join(f"{k} = {v}" for k, v in QUANT_TYPE_SETTINGS[q].items())
-        OPT_INFO(f"quant_type {q}: {what} on every layer it is set for (OPT 4.2 resets it per layer and changes "
-                 f"nothing)")
+        if q in FP8_LAYER_TYPES:
+            OPT_INFO(f"quant_type {q}: {what} on the {', '.join(FP8_LAYER_TYPES[q][:6]) or 'no'} layers and the "
+                     f"layers that only move values, 8-bit integers on the others, as the tool chain does")
+        else:
+            OPT_INFO(f"quant_type {q}: {what} on every layer it is set for (OPT 4.2 resets it per layer and "
+                     f"changes nothing)")
     if not QuantMethod(cfg.quantize_method_for_activation).symmetric and any(
             st.activation_bits >= 16 for st in settings.values()):
         OPT_INFO(f"16-bit activations are quantized {QuantMethod(cfg.quantize_method_for_activation).to_symmetric()}, "
@@ -155,7 +180,7 @@ def _layer_values(cfg, node, float_ops, graph_outputs) -> dict:
         # a model's outputs are its answer: a clipping strategy that flattens the
         # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
         values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY
-    values.update(QUANT_TYPE_SETTINGS.get(cfg.of("quant_type", node), {}))
+    values.update(quant_type_settings(cfg.of("quant_type", node), node.type, node.params.get("with_activation", "NONE")))
     for key, pl in cfg.per_layer.items():
         if key == "trigger_float_op":
             mode = pl.get(node)

@@ -8,7 +8,8 @@ import torch
 from ..dtype import Dtype, fit_float
 from ..errors import QuantizeError
 from ..tensor import PyTensor
-from . import formats, qmath
+from . import formats, fp8, qmath
+from .bias_bits import adapted_bias_bits
 from .settings import settings_of
 from .statistics import Statistics
 from .strategies import activation_range_of, calibrate_range
@@ -55,7 +56,10 @@ def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, s
     if method.per_channel:
         raise Unsupported(f"layer '{node.name}': per-channel activations are not supported")
     if lo is None:
-        lo, hi = activation_range(node, t, method.symmetric)
+        lo, hi = activation_range(node, t, method.symmetric or st.fp8_activations)
+    if st.fp8_activations:
+        set_fp8_quantization(t, max(abs(float(lo)), abs(float(hi))), st.activation_type)
+        return
     signed = _signed(node, lo, signed)
     set_quantization(t, *activation_grid(node, lo, hi, signed), st.activation_bits, signed)
 
@@ -87,6 +91,14 @@ def set_quantization(t: PyTensor, scale, zp, qmin: int, qmax: int, bits: int, si
     t.qbits, t.qmin, t.qmax = bits, qmin, qmax
     t.dtype = Dtype.integer(bits, signed)
     t.qinvariant = False
+
+
+def set_fp8_quantization(t: PyTensor, absmax, name: str) -> None:
+    """t in scaled fp8 format `name` over [-absmax, absmax] (a number, or per channel):
+    symmetric, zero point 0, the format's finite range (quant/fp8.py)."""
+    dtype = Dtype(name)
+    t.scale, t.zerop, t.qbits, t.qmin, t.qmax = fp8.scale_of(absmax, name), 0, 8, dtype.qmin, dtype.qmax
+    t.dtype, t.qinvariant = dtype, False
 
 
 QUANTIZATION_FIELDS = ("scale", "zerop", "qbits", "qmin", "qmax", "dtype", "qinvariant", "key_axis")
@@ -264,6 +276,8 @@ def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
 def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1):
     """Replace float constant `key` by its integers on its WeightGrid (weight_integers).
     Returns the scale (a number, or a float32 tensor along `axis`)."""
+    if settings_of(node).weights_format != "int":
+        return _quantize_fp8_weights(node, key, axis, groups)
     c = node.get_constant(key)
     grid = weight_grid(node, key, axis, groups)
     q = weight_integers(node, key, grid)
@@ -273,6 +287,21 @@ def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1)
     c.betensor = q.to(dtype.torch_dtype).to(c.betensor.device)
     c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, grid.scale, grid.zp, grid.bits, grid.qmin, grid.qmax
     return grid.scale
+
+
+def _quantize_fp8_weights(node, key: str, axis: int, groups: int):
+    """Constant `key` in the layer's fp8 weight_type as the tool chain's fp8 layers store it: over
+    its weight_range (per channel, group or tensor), q = round_to(fl32(w * scale)). Returns the scale."""
+    st, c = settings_of(node), node.get_constant(key)
+    lo, hi = weight_range(node, key, axis, groups)
+    per_channel = isinstance(lo, torch.Tensor)
+    absmax = torch.maximum(lo.abs(), hi.abs()) if per_channel else max(abs(lo), abs(hi))
+    w, fmt = c.betensor.detach().to(torch.float32).cpu(), st.weights_format
+    set_fp8_quantization(c, absmax, fmt)
+    c.key_axis = axis if per_channel else None
+    c.block_size = st.weight_block_size if st.quantize_method_for_weight.per_block else None
+    c.betensor = fp8.round_to(fp8.quantize(w, c.broadcast_scale), fmt).to(c.betensor.device)
+    return c.scale
 
 
 # layer types whose weights hold output channels on axis 0 (grouped along it), as the
@@ -337,7 +366,7 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
     With bias_effective_bits below bias_bits the low bits are cleared before and after
     the fold (qmath.clear_low_bits), as the tool chain does; with
     bias_effective_bits_auto_adaption the biases are clamped to the width
-    _adapted_bias_bits finds first."""
+    adapted_bias_bits finds first."""
     if key not in node.constants:
         return
     c = node.constants[key]
@@ -346,7 +375,7 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
     s = scale.to(torch.float32) if isinstance(scale, torch.Tensor) else float(scale)
     f = c.betensor.detach().to(torch.float32).cpu()
     compress = effective != "" and effective < bits
-    adapted = _adapted_bias_bits(f, s, bits, effective) if compress and \
+    adapted = adapted_bias_bits(f, s, bits, effective) if compress and \
         st.cfg_attrs.get("bias_effective_bits_auto_adaption") else bits
     lo, hi = qmath.integer_range(adapted, True)
     b = qmath.quantize(f, s, 0, lo, hi).to(torch.float64)
@@ -359,30 +388,6 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
     c.betensor = b.to(dtype.torch_dtype).to(c.betensor.device)
     c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, s, 0, bits, *qmath.integer_range(bits, True)
     c.key_axis = 0 if isinstance(s, torch.Tensor) else None
-
-
-def _bias_kl(log_q: torch.Tensor, p: torch.Tensor) -> float:
-    """KL(p || q) per element of a layer's biases (softmax over them), as the tool chain scores them."""
-    return float(torch.nn.functional.kl_div(log_q, p, reduction="sum")) / max(p.numel(), 1)
-
-
-def _adapted_bias_bits(f: torch.Tensor, s, bits: int, effective: int) -> int:
-    """bias_effective_bits_auto_adaption: where clearing the low bits moves the biases'
-    distribution (softmax over the layer's biases against the float ones' softmax) by
-    more than 0.05 in KL divergence, the width in [max(effective, 19), bits) whose
-    clamped biases lose the least to the clearing (least KL between the two), as the tool
-    chain searches it; else `bits`. Narrower biases need fewer low bits cleared."""
-    target = torch.softmax(f.double().reshape(-1), -1)
-    q = qmath.quantize(f, s, 0, *qmath.integer_range(bits, True)).double().reshape(-1)
-    cleared = qmath.clear_low_bits(q, effective)
-    if abs(_bias_kl(q.log_softmax(-1), target) - _bias_kl(cleared.log_softmax(-1), target)) <= 0.05:
-        return bits
-    scores, step = {}, s.double().reshape(-1) if isinstance(s, torch.Tensor) else s
-    for width in range(min(max(effective, 19), bits - 1), bits):
-        qw = qmath.quantize(f, s, 0, *qmath.integer_range(width, True)).double().reshape(-1)
-        real, kept = qw / step, qmath.clear_low_bits(qw, effective) / step
-        scores[width] = abs(_bias_kl(kept.log_softmax(-1), real.softmax(-1)))
-    return min(scores, key=lambda w: (scores[w], w))
 
 
 def pass_through(node) -> None:

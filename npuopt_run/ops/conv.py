@@ -7,14 +7,20 @@ Channels last (NHWC / NDHWC). Weights as the IR stores them: [O, kh, kw, C/g]
 as a direct one: the input spread out by the stride (zeros between), padded by
 dilation * (kernel - 1) on each side (+ output_padding at the end), convolved at
 stride 1 with the kernel flipped and the in/out channels swapped per group, then
-pad_begin/pad_end cropped off each axis."""
+pad_begin/pad_end cropped off each axis.
+
+fp8 layers (a top in an fp8 format, stage.fp8_output_stage): the products of the
+format's values summed in float64 (exact), the float32 biases, the rescale; the
+transposed convolutions have no fp8 form."""
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .. import fp8
 from ..intmath import absmax, check_range, exact_matmul, requantize
 from .activation import fused_float
-from .stage import (AHEAD_SHIFTED, ahead_shift, biases_with_zp, float_weights, fused_method, output_stage,
-                    refuse_ahead_shift, rescale, shifted, top_bounds, weights_with_zp)
+from .stage import (AHEAD_SHIFTED, ahead_shift, biases_with_zp, float_weights, fp8_output_stage, fp8_scale,
+                    fused_method, output_stage, refuse_ahead_shift, rescale, shifted, top_bounds,
+                    weights_with_zp)
 
 AXES = {2: ("y", "x"), 3: ("z", "y", "x")}
 PADS = {2: (("pad_top", "pad_bottom"), ("pad_left", "pad_right")),
@@ -141,6 +147,15 @@ def conv_float(layer, xs, infos):
     return [fused_float(layer, out.astype(np.float32))]
 
 
+def fp8_weights(layer) -> np.ndarray:
+    """An fp8 layer's weights + weights_zp as float64: fp8 values (zero point 0), or
+    integers (int4 weights with fp8 activations)."""
+    w = layer.const("weights")
+    if np.issubdtype(w.dtype, np.integer):
+        return weights_with_zp(layer).astype(np.float64)
+    return w.astype(np.float64)
+
+
 def linear_weights(layer, x_info) -> np.ndarray:
     """W = weights + weights_zp of a layer with weights."""
     if layer.type not in AHEAD_SHIFTED:
@@ -166,6 +181,12 @@ def conv_int(layer, xs, infos):
     stage. Exact (the tool chain sums in float, exact below 2^24 / 2^53)."""
     q, dims = xs[0], DIMS[layer.type]
     _, zp_x = infos[0].quant(layer)
+    if layer.top_types[0].fp8 and layer.type not in TRANSPOSED:
+        w, win = fp8_weights(layer), window(layer, dims)
+        o = check_weights(layer, q, w, win, False)
+        acc = grouped_conv(nd_windows(q.astype(np.float64), win, np.float64(0)), spatial_weights(w, dims),
+                           win["group"], np.matmul)
+        return [fp8_output_stage(layer, acc, o)]
     w = linear_weights(layer, infos[0])
     win = window(layer, dims)
     o = check_weights(layer, q, w, win, layer.type in TRANSPOSED)
@@ -198,9 +219,12 @@ def fc_int(layer, xs, infos):
     the biases), W and B as for Convolution; the output stage (per-channel numbers along
     the output's last axis)."""
     q = xs[0]
-    w = linear_weights(layer, infos[0])
+    fp8_layer = layer.top_types[0].fp8
+    w = fp8_weights(layer) if fp8_layer else linear_weights(layer, infos[0])
     if w.ndim != 2 or w.shape[1] != q.shape[-1]:
         raise layer.error(f"weights {list(w.shape)} do not fit {q.shape[-1]} input features", "weights_shape")
+    if fp8_layer:
+        return [fp8_output_stage(layer, np.matmul(q.astype(np.float64), w.T), w.shape[0])]
     acc = exact_matmul(layer, q.reshape(-1, q.shape[-1]), w.T).reshape(q.shape[:-1] + (w.shape[0],))
     return [linear_output(layer, acc, w.shape[0], infos[0])]
 
@@ -222,6 +246,9 @@ def matmul_int(layer, xs, infos):
     """z = A @ B (after trans_a/trans_b), A = q_a + zp_a, B = q_b + zp_b, exactly (the tool
     chain sums in float32, which is exact while partial sums stay below 2^24), then
     requantize with the layer's rescale; no activation."""
+    if layer.top_types[0].fp8:
+        a, b = matmul_operands(layer, [x.astype(np.float64) for x in xs])
+        return [fp8.requantize(np.matmul(a, b), fp8_scale(layer, 1), layer.top_types[0].name)]
     refuse_ahead_shift(layer, *(info.dtype for info in infos))
     a, b = matmul_operands(layer, [shifted(x, info, layer) for x, info in zip(xs, infos)])
     z = exact_matmul(layer, a, b)

@@ -16,6 +16,8 @@ where requantize(v, M, s) = clamp(round_half_even(v * M * 2^-s) - zp_out, qmin, 
 """
 import numpy as np
 
+from .. import fp8
+
 from ..intmath import INT48, UINT48, as_float32, requantize, shift_round_even
 
 RESCALE_METHODS = ("RELU", "RELU6", "CLIP", "LEAKYRELU", "PRELU")
@@ -74,20 +76,23 @@ def weights_with_zp(layer) -> np.ndarray:
 
 
 def float_weights(layer) -> np.ndarray:
-    """The weights a float layer computes with: float ones as stored; integers (weight-only
-    quantization) dequantized in float32, (q + zp) * (1 / scale), with weights_scale and
+    """The weights a float layer computes with: float ones as stored; integers or fp8 values
+    (weight-only quantization) dequantized in float32, (q + zp) * (1 / scale), with weights_scale and
     weights_zp per tensor (params), per output channel, or per block: each channel's
     weights, flattened in the IR's order, in runs of weight_block_size, the last one shorter."""
     w = layer.const("weights")
-    if np.issubdtype(w.dtype, np.floating):
+    if np.issubdtype(w.dtype, np.floating) and not layer.const_types["weights"].fp8:
         return w.astype(np.float32)
     if layer.has_const("weights_scale"):
         scale = layer.const("weights_scale").astype(np.float32).reshape(-1)
     elif "weights_scale" in layer.params and isinstance(layer.param("weights_scale"), (int, float)):
         scale = np.array([layer.param("weights_scale")], np.float32)
     else:
-        raise layer.error("integer weights of a float layer need weights_scale", "weights_scale")
-    zp = np.asarray(stored_ints(layer, "weights_zp", "weights_zp", 0), np.int64).reshape(-1)
+        raise layer.error("quantized weights of a float layer need weights_scale", "weights_scale")
+    if layer.has_const("weights_zp") and layer.const_types["weights_zp"].fp8:  # fp8 weights' zero points
+        zp = layer.const("weights_zp").astype(np.float32).reshape(-1)
+    else:
+        zp = np.asarray(stored_ints(layer, "weights_zp", "weights_zp", 0), np.int64).reshape(-1)
     channels, rest = w.shape[0], int(np.prod(w.shape[1:]))
     block = int_param(layer, "weight_block_size", rest) if scale.size > channels else rest
     per_channel = -(-rest // block)
@@ -229,3 +234,29 @@ def same_quantization(layer, info) -> None:
             raise layer.error(f"top '{top}' scale/zp/dtype ({layer.top_scales[i]}, {layer.top_zps[i]}, "
                               f"{layer.top_types[i].name}) differ from input '{info.name}' "
                               f"({scale}, {zp}, {info.dtype.name}); this layer does not rescale")
+
+
+def fp8_scale(layer, channels: int):
+    """The float32 rescale of an fp8 layer: constant `scale` (per channel) or param `scale_value`."""
+    if layer.has_const("scale"):
+        value = layer.const("scale").astype(np.float32)
+        if value.size not in (1, channels):
+            raise layer.error(f"per-channel scale has {value.size} entries for {channels} channels", "scale")
+        return value.reshape(-1)
+    value = layer.param("scale_value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise layer.error(f"an fp8 layer needs a number 'scale_value', got {value!r}", "scale_value")
+    return np.float32(value)
+
+
+def fp8_output_stage(layer, acc: np.ndarray, channels: int) -> np.ndarray:
+    """An fp8 layer's output: acc (float64, exact) + float32 biases, the fused RELU, then
+    fp8.requantize with its rescale into the top's format."""
+    method = fused_method(layer)
+    if method not in ("NONE", "RELU"):
+        raise layer.error(f"an fp8 layer fuses NONE or RELU, not {method}", "with_activation")
+    if layer.has_const("biases"):
+        acc = acc + layer.const("biases").astype(np.float32).astype(np.float64).reshape(-1)
+    if method == "RELU":
+        acc = np.maximum(acc, 0.0)
+    return fp8.requantize(acc, fp8_scale(layer, channels), layer.top_types[0].name)

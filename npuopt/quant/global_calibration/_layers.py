@@ -250,9 +250,11 @@ def _grouped(grid, v, w: torch.Tensor):
 
 # ---- the layers in order ------------------------------------------------------------
 def rounded_layers(ctx) -> list:
-    """The layers in scope whose weights a rounding method chooses, in graph order."""
+    """The layers in scope whose weights a rounding method chooses, in graph order: weights
+    on an integer grid (fp8 weights are rounded to their format, by nothing else)."""
     return [n for n in ctx.graph.nodes if n.type in TYPES and "weights" in n.constants and ctx.in_scope(n)
-            and (not settings_of(n).trigger_float_op or settings_of(n).weight_only)]
+            and (not settings_of(n).trigger_float_op or settings_of(n).weight_only)
+            and settings_of(n).weights_format == "int"]
 
 
 class LayerData:

@@ -1,0 +1,54 @@
+"""Scaled 8-bit float formats, the tool chain's fp8 quantization (quant_type wfp8afp8,
+wfp8e4m3afp8e4m3, wfp8e5m2afp8e5m2): a tensor holds real * scale rounded to the nearest
+float8_e4m3fn or float8_e5m2 value (half to even), saturated at the format's largest
+finite value; scale = largest / (absmax + 1e-5) in float32, zero point 0.
+
+A rescale (fp8 layers' `scale_value`/`scale`, float32) multiplies in float64 and rounds
+through float32 to the format, as the tool chain's requantize does (its rounding
+converts to float32 first). NaN becomes 0, as there."""
+from typing import NamedTuple
+
+import torch
+
+
+class Fp8Format(NamedTuple):
+    name: str
+    torch_dtype: torch.dtype
+    largest: float
+
+
+FORMATS = {f.name: f for f in (Fp8Format("float8_e4m3fn", torch.float8_e4m3fn, 448.0),
+                                Fp8Format("float8_e5m2", torch.float8_e5m2, 57344.0))}
+# the tool chain's epsilon added to a range before its scale is taken
+RANGE_EPSILON = 1e-5
+
+
+def round_to(x: torch.Tensor, name: str) -> torch.Tensor:
+    """x rounded through float32 to the nearest value of format `name` (half to even,
+    subnormals included), saturated at +-largest, NaN as 0; float32 holding those values."""
+    fmt = FORMATS[name]
+    v = torch.nan_to_num(x.to(torch.float32), nan=0.0).clamp_(-fmt.largest, fmt.largest)
+    return v.to(fmt.torch_dtype).to(torch.float32)
+
+
+def scale_of(absmax, name: str):
+    """The float32 scale that puts `absmax` (a number, or a tensor per channel) at the
+    format's largest value."""
+    r = torch.as_tensor(absmax, dtype=torch.float32) + RANGE_EPSILON
+    scale = torch.tensor(FORMATS[name].largest, dtype=torch.float32) / r
+    return scale if scale.dim() else float(scale)
+
+
+def quantize(f: torch.Tensor, scale) -> torch.Tensor:
+    """fl32(scale * f): what round_to takes for a float tensor entering the format."""
+    s = scale.to(f.device, torch.float32) if isinstance(scale, torch.Tensor) else \
+        torch.tensor(scale, dtype=torch.float32, device=f.device)
+    return f.to(torch.float32) * s
+
+
+def requantize(acc: torch.Tensor, scale, name: str) -> torch.Tensor:
+    """round_to(acc * scale): acc float64 (exact sums), scale float32 (a number, or per
+    channel along the last axis), the product in float64."""
+    s = scale.to(acc.device, torch.float64) if isinstance(scale, torch.Tensor) else float(scale)
+    return round_to(acc.to(torch.float64) * s, name)
+

@@ -1,0 +1,225 @@
+"""Issue 24, fp8 quantization: quant_type wfp8afp8 / wfp8e4m3afp8e4m3 / wfp8e5m2afp8e5m2 put
+the linear layers (Convolution, DepthwiseConv, FullyConnected, MatMul), graph inputs,
+constants and the layers that only move values in a scaled fp8 format (quant/fp8.py),
+w4afp8e4m3 gives FullyConnected layers 4-bit integer weights with fp8 activations, and
+*_act_fp8e4m3fn_wht keeps a layer in float with fp8 weights (weight-only). npuopt's
+forward of the IR read back, npuopt-run and the in-memory graph agree on every element;
+OPT's forward reads them as npuopt does: tests/test_conformance.py's `fp8_e4m3` and
+`fp8_e5m2` settings."""
+import numpy as np
+import pytest
+import torch
+
+import npuopt_run.fp8 as run_fp8
+from conftest import npuopt_run_outputs
+from npuopt.dtype import Dtype, bytes_to_tensor, fit_float
+from npuopt.ir import read_graph, write_graph
+from npuopt.quant import fp8
+from npuopt.quant.quantizer import build_quantized_graph, float_layers
+from npuopt.quant.settings import QuantSettings
+from test_ops_conv import params_of
+from test_quantize_ops import batches, one_layer, quantize
+
+FORMATS = ("float8_e4m3fn", "float8_e5m2")
+# (mantissa bits, smallest normal exponent) of each format, from its definition
+DEFINITION = {"float8_e4m3fn": (3, -6), "float8_e5m2": (2, -14)}
+
+
+def nearest_by_definition(x: np.ndarray, name: str) -> np.ndarray:
+    """The nearest value of the format (half to even), saturated: its grid spacing at x's
+    binade, 2^(exponent - mantissa bits), the subnormals' below the smallest normal."""
+    mantissa, smallest = DEFINITION[name]
+    largest = fp8.FORMATS[name].largest
+    v = np.clip(x.astype(np.float64), -largest, largest)
+    exponent = np.floor(np.log2(np.maximum(np.abs(v), 2.0 ** smallest)))
+    step = 2.0 ** (exponent - mantissa)
+    return np.clip(np.round(v / step) * step, -largest, largest)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_rounding_is_to_the_nearest_value_of_the_format(name):
+    values = bytes_to_tensor(np.arange(256, dtype=np.uint8), Dtype(name), (256,)).numpy()
+    values = np.unique(values[np.isfinite(values)])
+    midpoints = (values[1:] + values[:-1]) / 2
+    rng = np.random.default_rng(0)
+    x = np.concatenate([values, midpoints, rng.standard_normal(20000) * values.max() / 3,
+                        rng.standard_normal(2000) * 2.0 ** -8, [values.max() * 1.5, -1e9]]).astype(np.float32)
+    want = nearest_by_definition(x, name)
+    assert np.array_equal(fp8.round_to(torch.from_numpy(x), name).numpy(), want)
+    assert np.array_equal(run_fp8.round_to(x, name), want)            # npuopt-run's own, in NumPy
+    assert fp8.round_to(torch.tensor([float("nan")]), name).item() == 0.0
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_the_bytes_read_as_the_format_defines_them(name):
+    raw = np.arange(256, dtype=np.uint8)
+    ours = bytes_to_tensor(raw, Dtype(name), (256,)).numpy()
+    theirs = run_fp8.decode(raw, name)
+    assert np.array_equal(np.isnan(ours), np.isnan(theirs))
+    assert np.array_equal(ours[~np.isnan(ours)], theirs[~np.isnan(theirs)])
+    assert ours[0x7E] == fp8.FORMATS[name].largest or ours[0x7B] == fp8.FORMATS[name].largest
+
+
+def layers():
+    """(name, graph, input shapes) of every layer type the fp8 formats apply to."""
+    torch.manual_seed(0)
+    conv = params_of((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, 6, "RELU")
+    dw = params_of((3, 3), (2, 2), (1, 0, 1, 0), (1, 1), 4, 8, "NONE")
+    return [
+        ("Convolution", one_layer("Convolution", [(5, 5, 7)], conv,
+                                  {"weights": torch.randn(6, 3, 3, 7), "biases": torch.randn(6)}), [(5, 5, 7)]),
+        ("DepthwiseConv", one_layer("DepthwiseConv", [(5, 5, 4)], dw,
+                                    {"weights": torch.randn(8, 3, 3, 1), "biases": torch.randn(8)}), [(5, 5, 4)]),
+        ("FullyConnected", one_layer("FullyConnected", [(20,)], dict(num_output=5, with_activation="NONE"),
+                                     {"weights": torch.randn(5, 20), "biases": torch.randn(5)}), [(20,)]),
+        ("MatMul", one_layer("MatMul", [(3, 4, 6), (3, 6, 5)], dict(trans_a=False, trans_b=False), n_inputs=2),
+         [(3, 4, 6), (3, 6, 5)]),
+    ]
+
+
+def step_of(v: torch.Tensor, name: str) -> torch.Tensor:
+    """One step of the format's grid at each value."""
+    mantissa, smallest = DEFINITION[name]
+    return torch.exp2(torch.floor(torch.log2(v.abs().clamp(min=2.0 ** smallest))) - mantissa)
+
+
+def real(t) -> torch.Tensor:
+    return t.betensor.double() / t.broadcast_scale.double() if isinstance(t.scale, torch.Tensor) else \
+        t.betensor.double() / float(t.scale)
+
+
+@pytest.mark.parametrize("method", ["per_channel_symmetric_restricted_range", "per_tensor_symmetric_full_range"])
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("index", range(4), ids=[n for n, *_ in layers()])
+def test_fp8_layers_compute_as_the_tool_chain_and_read_back_alike(tmp_path, index, name, method):
+    """The output is the float layer's on the fp8 input and weights, rounded once to the
+    format at the output's scale (within one step of the format: the rounding of sums);
+    the IR read back and npuopt-run give the same values on every element."""
+    kind, graph, shapes = layers()[index]
+    data = batches(*shapes)
+    qg = quantize(graph, data, activation_type=name, weight_type=name, quantize_method_for_weight=method)
+    node, out = qg.node("op"), qg.output_tensors[0]
+    assert node.quantized and out.dtype is Dtype(name) and out.zerop == 0
+    assert all(t.dtype is Dtype(name) for t in node.inputs)
+    x = list(data[-1])
+    got = qg.forward(x, keep_tensors=True)[0].clone()
+    # the float layer on what the fp8 tensors hold (inputs and weights dequantized)
+    fl = graph.node("op")
+    kept = {k: c.betensor for k, c in fl.constants.items()}
+    if "weights" in fl.constants:
+        fl.constants["weights"].betensor = real(node.constants["weights"]).float()
+    want = graph.forward([real(t).float() for t in node.inputs])[0].double() * float(out.scale)
+    for k, v in kept.items():
+        fl.constants[k].betensor = v
+    assert bool(((got.double() - want).abs() <= step_of(want, name) + 1e-3).all())
+    assert float(torch.nn.functional.cosine_similarity(real(out).flatten(), graph.forward(x)[0].double().flatten(),
+                                                       dim=0)) > 0.99
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    assert f"layer_top_type=[{name}]" in path.read_text()
+    back = read_graph(str(path))
+    assert back.node("op").quantized and torch.equal(back.forward(x)[0], got)
+    if len(x) == 1:  # npuopt-run takes one input in this helper
+        ran = npuopt_run_outputs(path, x[0].numpy(), tmp_path)[out.name]
+        assert np.array_equal(ran, got.numpy())
+
+
+def test_int4_weights_with_fp8_activations(tmp_path):
+    """w4afp8e4m3: a FullyConnected layer's weights are 4-bit integers (zero points folded
+    into the sums), its activations fp8."""
+    kind, graph, shapes = layers()[2]
+    data = batches(*shapes)
+    qg = quantize(graph, data, activation_type="float8_e4m3fn", weight_bits=4,
+                  quantize_method_for_weight="per_channel_asymmetric")
+    w = qg.node("op").constants["weights"]
+    assert w.dtype is Dtype.INT4 and qg.output_tensors[0].dtype is Dtype.FP8_E4M3FN
+    x = data[-1][0]
+    got = qg.forward([x])[0]
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    assert torch.equal(read_graph(str(path)).forward([x])[0], got)
+    assert np.array_equal(npuopt_run_outputs(path, x.numpy(), tmp_path)[qg.output_tensors[0].name], got.numpy())
+
+
+@pytest.mark.parametrize("method, block", [("per_channel_symmetric_restricted_range", 256),
+                                           ("per_block_symmetric_restricted_range", 8)])
+def test_fp8_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, method, block):
+    """float16_act_fp8e4m3fn_wht: the layer stays float (float16), its weights stored in
+    float8_e4m3fn with weights_scale per channel or per block, dequantized by its forward."""
+    kind, graph, shapes = layers()[2]
+    data = batches(*shapes)
+    qg = quantize(graph, data, trigger_float_op="float16_act_fp8e4m3fn_wht", quantize_method_for_weight=method,
+                  weight_block_size=block)
+    node = qg.node("op")
+    c = node.constants["weights"]
+    assert not node.quantized and c.dtype is Dtype.FP8_E4M3FN and c.scale.numel() == 5 * (-(-20 // block))
+    x = data[-1][0]
+    got = qg.forward([x])[0].clone()
+    fl = graph.node("op").constants["weights"]
+    kept, fl.betensor = fl.betensor, c.betensor / c.broadcast_scale
+    want = fit_float(graph.forward([fit_float(x, Dtype.FP16)])[0], Dtype.FP16)
+    fl.betensor = kept
+    assert torch.equal(got, want)
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    assert "weights_type=float8_e4m3fn" in path.read_text()
+    assert torch.equal(read_graph(str(path)).forward([x])[0], got)
+    ran = npuopt_run_outputs(path, x.numpy(), tmp_path)[qg.output_tensors[0].name]
+    np.testing.assert_allclose(ran, got.numpy(), rtol=2 ** -10, atol=1e-5 * float(got.abs().max()))
+
+
+def test_fp8_and_integer_layers_meet_through_float16(tmp_path):
+    """Between an fp8 layer and an integer one, a DeQuantize to float16 and a Quantize into
+    the reader's format, as the tool chain converts; npuopt-run agrees on every element."""
+    from npuopt.ir.builder import GraphBuilder
+    torch.manual_seed(1)
+    b = GraphBuilder("t")
+    x = b.input("x", [1, 12])
+    h = b.layer("FullyConnected", "fc1", [x], dict(num_output=10, with_activation="NONE"),
+                {"weights": torch.randn(10, 12), "biases": torch.randn(10)})
+    s = b.layer("Activation", "sig", h, dict(method="SIGMOID"))
+    y = b.layer("FullyConnected", "fc2", s, dict(num_output=4, with_activation="NONE"),
+                {"weights": torch.randn(4, 10), "biases": torch.randn(4)})
+    graph = b.build(y)
+    data = batches((12,))
+    quantize(graph, data)  # calibrated (statistics attached)
+    fp8_settings = QuantSettings(activation_type="float8_e4m3fn", weight_type="float8_e4m3fn",
+                                 calibration_strategy_for_activation="extrema")
+    settings = {n.name: fp8_settings for n in graph.nodes}
+    settings["sig"] = QuantSettings(calibration_strategy_for_activation="extrema")
+    qg, kept = build_quantized_graph(graph, settings, float_layers(graph, settings))
+    assert not kept
+    types = [(n.type, n.outputs[0].dtype.value) for n in qg.nodes]
+    assert types == [("Input", "float8_e4m3fn"), ("FullyConnected", "float8_e4m3fn"), ("DeQuantize", "float16"),
+                     ("Quantize", "int8"), ("Activation", "uint8"), ("DeQuantize", "float16"),
+                     ("Quantize", "float8_e4m3fn"), ("FullyConnected", "float8_e4m3fn")]
+    x = data[-1][0]
+    got = qg.forward([x])[0].clone()
+    out = qg.output_tensors[0]
+    cos = torch.nn.functional.cosine_similarity(real(out).flatten(), graph.forward([x])[0].double().flatten(), dim=0)
+    assert float(cos) > 0.99
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    assert torch.equal(read_graph(str(path)).forward([x])[0], got)
+    assert np.array_equal(npuopt_run_outputs(path, x.numpy(), tmp_path)[out.name], got.numpy())
+
+
+def test_quant_type_puts_fp8_on_the_tool_chains_layer_types(tmp_path):
+    """wfp8afp8: Convolution layers with a fused NONE or RELU and the graph input in
+    float8_e4m3fn; pooling, and convolutions fusing RELU6 (whose fused forward the tool
+    chain cannot run on an fp8 layer), 8-bit integers."""
+    from npuopt.config import quant_type_settings
+    assert quant_type_settings("wfp8afp8", "Convolution", "RELU")["activation_type"] == "float8_e4m3fn"
+    assert quant_type_settings("wfp8afp8", "Input")["weight_type"] == "float8_e4m3fn"
+    assert quant_type_settings("wfp8e5m2afp8e5m2", "Reshape")["activation_type"] == "float8_e5m2"
+    for layer_type, fused in (("Pooling", "NONE"), ("Convolution", "RELU6"), ("Eltwise", "NONE")):
+        values = quant_type_settings("wfp8afp8", layer_type, fused)
+        assert "activation_type" not in values and values["activation_bits"] == 8
+    assert quant_type_settings("w4afp8e4m3", "FullyConnected")["weight_bits"] == 4
+    assert "activation_type" not in quant_type_settings("w4afp8e4m3", "Convolution")
+
+
+def test_a_number_type_outside_the_list_stops_with_one_line(tmp_path):
+    from npuopt.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"activation_type 'float8_e3m4' is not one of int, float8_e4m3fn, "):
+        QuantSettings(activation_type="float8_e3m4")
