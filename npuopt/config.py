@@ -334,7 +334,10 @@ register_field("bias_bits", "32", _int_in(16, 48), "bits of quantized biases", "
 register_field("quant_type", "disable", _choice(*QUANT_TYPES),
                "sets a layer's format at once: w8a8 = 8/8/32/8 activation/weight/bias/lut bits, w16a16 = 16/16/48/10, "
                "w4/w8 and w4afp16/w8afp16 (w4abfp16/w8abfp16) = weight-only 4/8-bit weights with "
-               "float16 (bfloat16) activations, fp16/bf16 = float layers; disable: the other fields",
+               "float16 (bfloat16) activations, fp16/bf16 = float layers, wfp8afp8 (= wfp8e4m3afp8e4m3) and "
+               "wfp8e5m2afp8e5m2 = scaled fp8 activations and weights on Convolution, DepthwiseConv, "
+               "FullyConnected, MatMul, Input, Constant and the moving layers (8-bit integers elsewhere), "
+               "w4afp8e4m3 = fp8 activations with 4-bit FullyConnected weights; disable: the other fields",
                ", ".join(QUANT_TYPES), per_layer=True, unsupported=_quant_type_unsupported)
 register_field("multiplier_bits", "", _multiplier_bits,
                "bits of rescale multipliers; empty: the activation bits (at most 15), as the tool chain does",
@@ -360,7 +363,8 @@ register_field("trigger_float_op", "disable", _float_ops,
                "layers kept in float: 'disable', comma-separated layer types/names, or OPT's float modes "
                "(float16_preferred, bfloat16_preferred, float32_preferred, with '!' and per layer); "
                "float16_act_int_wht (and bfloat16_/float32_): float activations, integer weights of "
-               "weight_bits with weights_scale/weights_zp (weight-only quantization, per_block_* methods too)",
+               "weight_bits with weights_scale/weights_zp (weight-only quantization, per_block_* methods too); "
+               "*_act_fp8e4m3fn_wht: the same with float8_e4m3fn weights",
                "'disable', comma-separated layer types/names, or a float mode like float16_preferred",
                unsupported=_float_mode_unsupported, global_of=lambda pl: [])
 register_field("set_qinvariant_for_start_nodes", "", _layer_ids,
