@@ -25,8 +25,9 @@ class Dtype(Enum):
     INT64 = "int64"
     UINT64 = "uint64"
     BOOL = "bool"
-    FP8_E4M3FN = "float8_e4m3fn"   # the scaled fp8 formats of quant/fp8.py: quantized, not float
+    FP8_E4M3FN = "float8_e4m3fn"   # the scaled minifloat formats of quant/minifloat.py: quantized, not float
     FP8_E5M2 = "float8_e5m2"
+    FP4_E2M1FN = "float4_e2m1fn"   # one byte per value in the .bin
 
     @classmethod
     def from_name(cls, name: str) -> "Dtype":
@@ -74,22 +75,22 @@ class Dtype(Enum):
 
     @property
     def is_integer(self) -> bool:
-        return not self.is_float and not self.is_fp8 and self is not Dtype.BOOL
+        return not self.is_float and not self.is_minifloat and self is not Dtype.BOOL
 
     @property
     def is_quantized(self) -> bool:
         """The dtype of a quantized tensor: integers, or a scaled fp8 format."""
-        return self.is_integer or self.is_fp8
+        return self.is_integer or self.is_minifloat
 
     @property
-    def is_fp8(self) -> bool:
-        """A scaled 8-bit float format: a quantized tensor whose values are real * scale
-        on the format's grid (quant/fp8.py), not integers."""
-        return self in (Dtype.FP8_E4M3FN, Dtype.FP8_E5M2)
+    def is_minifloat(self) -> bool:
+        """A scaled fp8 or fp4 format: a quantized tensor whose values are real * scale
+        on the format's grid (quant/minifloat.py), not integers."""
+        return self in (Dtype.FP8_E4M3FN, Dtype.FP8_E5M2, Dtype.FP4_E2M1FN)
 
     @property
     def is_signed(self) -> bool:
-        return self.is_float or self.is_fp8 or self.value.replace("aligned_", "").startswith("int")
+        return self.is_float or self.is_minifloat or self.value.replace("aligned_", "").startswith("int")
 
     @property
     def bits(self) -> int:
@@ -97,14 +98,14 @@ class Dtype(Enum):
 
     @property
     def qmin(self) -> int:
-        if self.is_fp8:
+        if self.is_minifloat:
             return -self.qmax
         return -(1 << (self.bits - 1)) if self.is_signed else 0
 
     @property
     def qmax(self) -> int:
-        if self.is_fp8:
-            return _FP8_LARGEST[self]
+        if self.is_minifloat:
+            return _MINIFLOAT_LARGEST[self]
         return (1 << (self.bits - 1)) - 1 if self.is_signed else (1 << self.bits) - 1
 
     @property
@@ -133,13 +134,15 @@ _BITS = {
     Dtype.INT4: 4, Dtype.UINT4: 4, Dtype.INT8: 8, Dtype.UINT8: 8, Dtype.INT12: 12, Dtype.UINT12: 12,
     Dtype.INT16: 16, Dtype.UINT16: 16, Dtype.INT32: 32, Dtype.UINT32: 32,
     Dtype.INT64: 64, Dtype.UINT64: 64, Dtype.BOOL: 8, Dtype.FP8_E4M3FN: 8, Dtype.FP8_E5M2: 8,
+    Dtype.FP4_E2M1FN: 4,
 }
-_FP8_LARGEST = {Dtype.FP8_E4M3FN: 448, Dtype.FP8_E5M2: 57344}
+_MINIFLOAT_LARGEST = {Dtype.FP8_E4M3FN: 448, Dtype.FP8_E5M2: 57344, Dtype.FP4_E2M1FN: 6}
 _NP_STORAGE = {
     Dtype.FP32: "f4", Dtype.FP16: "f2", Dtype.BFP16: "u2", Dtype.FP64: "f8",
     Dtype.INT4: "i1", Dtype.UINT4: "u1", Dtype.INT8: "i1", Dtype.UINT8: "u1", Dtype.INT12: "i2", Dtype.UINT12: "u2",
     Dtype.INT16: "i2", Dtype.UINT16: "u2", Dtype.INT32: "i4", Dtype.UINT32: "u4",
     Dtype.INT64: "i8", Dtype.UINT64: "u8", Dtype.BOOL: "u1", Dtype.FP8_E4M3FN: "u1", Dtype.FP8_E5M2: "u1",
+    Dtype.FP4_E2M1FN: "u1",
 }
 _NP_STORAGE_BYTES = {d: np.dtype(v).itemsize for d, v in _NP_STORAGE.items()}
 _TORCH = {
@@ -150,8 +153,10 @@ _TORCH = {
     Dtype.UINT16: torch.int32, Dtype.INT32: torch.int32, Dtype.UINT32: torch.int64,
     Dtype.INT64: torch.int64, Dtype.UINT64: torch.int64, Dtype.BOOL: torch.bool,
     Dtype.FP8_E4M3FN: torch.float32, Dtype.FP8_E5M2: torch.float32,   # the format's values, exactly
+    Dtype.FP4_E2M1FN: torch.float32,
 }
 _FP8_TORCH = {Dtype.FP8_E4M3FN: torch.float8_e4m3fn, Dtype.FP8_E5M2: torch.float8_e5m2}
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # float4_e2m1fn's magnitudes by code (the sign is bit 3)
 
 
 def fit_float(value: torch.Tensor, dtype: Dtype) -> torch.Tensor:
@@ -171,7 +176,11 @@ def bytes_to_tensor(raw: np.ndarray, dtype: Dtype, shape) -> torch.Tensor:
     writable `raw` the caller hands over becomes the tensor's memory where the types
     allow (no second copy of a large model's weights); a read-only one is copied."""
     arr = np.frombuffer(raw, dtype=dtype.numpy_storage).reshape(shape)
-    if dtype.is_fp8:
+    if dtype is Dtype.FP4_E2M1FN:
+        codes = torch.from_numpy(arr.astype(np.int64))
+        magnitude = torch.tensor(FP4_VALUES)[codes & 7]
+        return torch.where(codes & 8 > 0, -magnitude, magnitude)
+    if dtype.is_minifloat:
         return torch.from_numpy(arr.copy()).view(_FP8_TORCH[dtype]).to(torch.float32)
     if dtype is Dtype.BFP16:  # reinterpret the bits: a conversion would canonicalize NaN payloads
         return torch.from_numpy(arr.view("<i2").astype(np.int16)).view(torch.bfloat16)
@@ -184,7 +193,11 @@ def tensor_to_bytes(value: torch.Tensor, dtype: Dtype) -> bytes:
     if dtype is Dtype.BFP16:
         bits = value.detach().to(torch.bfloat16).view(torch.int16).cpu().numpy()
         return bits.astype("<i2").tobytes()
-    if dtype.is_fp8:  # values on the format's grid (quant/fp8.py): their bytes
+    if dtype is Dtype.FP4_E2M1FN:  # values on the format's grid: their codes
+        v = value.detach().cpu().to(torch.float32)
+        codes = torch.searchsorted(torch.tensor(FP4_VALUES), v.abs().contiguous()) | (torch.signbit(v).long() << 3)
+        return codes.to(torch.uint8).numpy().tobytes()
+    if dtype.is_minifloat:  # values on the format's grid (quant/minifloat.py): their bytes
         return value.detach().cpu().to(torch.float32).to(_FP8_TORCH[dtype]).view(torch.uint8).numpy().tobytes()
     arr = value.detach().cpu()
     if arr.dtype == torch.bfloat16:  # NumPy has no bfloat16

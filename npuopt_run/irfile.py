@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .errors import RefrunError
-from .fp8 import FORMATS as FP8_FORMATS
-from .fp8 import decode as decode_fp8
+from .minifloat import FORMATS as MINIFLOAT_FORMATS
+from .minifloat import decode as decode_minifloat
 
 
 @dataclass(frozen=True)
@@ -25,27 +25,28 @@ class DType:
     signed: bool
 
     @property
-    def fp8(self) -> bool:
-        """A scaled fp8 format (fp8.py): quantized values that are not integers."""
-        return self.name in FP8_FORMATS
+    def minifloat(self) -> bool:
+        """A scaled fp8/fp4 format (minifloat.py): quantized values that are not integers."""
+        return self.name in MINIFLOAT_FORMATS
 
     @property
     def qmin(self) -> int:
-        if self.fp8:
+        if self.minifloat:
             return -self.qmax
         return -(1 << (self.bits - 1)) if self.signed else 0
 
     @property
     def qmax(self) -> int:
-        if self.fp8:
-            return int(FP8_FORMATS[self.name][3])
+        if self.minifloat:
+            return int(MINIFLOAT_FORMATS[self.name][3])
         return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
 
 
 def _dtypes() -> Dict[str, DType]:
     table = [("float32", "<f4", 32, False, True), ("float16", "<f2", 16, False, True),
              ("bfloat16", "<u2", 16, False, True), ("float64", "<f8", 64, False, True),
-             ("bool", "u1", 8, False, False)] + [(name, "u1", 8, False, True) for name in FP8_FORMATS]
+             ("bool", "u1", 8, False, False)] + [(name, "u1", bits, False, True) for name, bits in
+                                                        (("float8_e4m3fn", 8), ("float8_e5m2", 8), ("float4_e2m1fn", 4))]
     for name, bits, storage in (("aligned_int4", 4, "1"), ("int8", 8, "1"), ("aligned_int12", 12, "2"),
                                 ("int16", 16, "2"), ("int32", 32, "4"), ("int64", 64, "8")):
         # the aligned types take a whole byte (int4) or two (int12) per element in the .bin
@@ -375,8 +376,8 @@ class _Weights:
         raw = self.data[offset: offset + size].view(dtype.storage).reshape(shape)
         if dtype.name == "bfloat16":
             return (raw.astype(np.uint32) << 16).view(np.float32)
-        if dtype.fp8:
-            return decode_fp8(raw, dtype.name)
+        if dtype.minifloat:
+            return decode_minifloat(raw, dtype.name)
         if not (dtype.is_int or dtype.name == "bool"):
             return raw.astype(np.float64 if dtype.bits == 64 else np.float32)
         value = raw.astype(np.int64)

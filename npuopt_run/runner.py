@@ -10,7 +10,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 
-from . import fp8, intmath
+from . import intmath, minifloat
 from .errors import RefrunError
 from .irfile import DType, Layer, Model
 from .ops import OPS
@@ -35,7 +35,7 @@ class TensorInfo:
     @property
     def quantized(self) -> bool:
         """Integers, or a scaled fp8 format: what a quantized layer reads and writes."""
-        return self.dtype.is_int or self.dtype.fp8
+        return self.dtype.is_int or self.dtype.minifloat
 
     def quant(self, who: Layer):
         """(scale, zp) of an integer tensor; a quantized IR must carry both."""
@@ -72,7 +72,7 @@ def computes_in_integers(layer: Layer, infos: Dict[str, TensorInfo]) -> bool:
         return True
     if layer.param("unquantifiable", False) is True:
         return False
-    if any(d.fp8 for d in [infos[b].dtype for b in layer.bottoms] + layer.top_types):
+    if any(d.minifloat for d in [infos[b].dtype for b in layer.bottoms] + layer.top_types):
         return True  # an fp8 layer: its float32 biases and scales do not make it float
     floats = [not d.is_int and d.name != "bool" for d in [infos[b].dtype for b in layer.bottoms] + layer.top_types]
     if not any("lut" in name for name in layer.consts):
@@ -202,8 +202,8 @@ class Runner:
         values = []
         for name, x in zip(self.model.inputs, arrays):
             info = self.infos[name]
-            if info.dtype.fp8:
-                values.append(fp8.quantize(x, info.quant(info.producer)[0], info.dtype.name))
+            if info.dtype.minifloat:
+                values.append(minifloat.quantize(x, info.quant(info.producer)[0], info.dtype.name))
             elif not info.is_int:
                 values.append(to_float_type(x.astype(np.float32), info.dtype.name))
             elif integer_input:

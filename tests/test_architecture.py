@@ -24,7 +24,7 @@ PIPELINE, PIPELINE_LINES, STAGE_LINES = "npuopt.optmaster", 300, 40
 LAYERS = [
     ["npuopt", "npuopt.errors", "npuopt.logger", "npuopt.dtype", "npuopt.outputs", "npuopt.memory", "npuopt.registry",
      "npuopt.ranks", "npuopt.metric", "npuopt.quant", "npuopt.quant.qmath", "npuopt.quant.statistics",
-     "npuopt.quant.strategies", "npuopt.quant.formats", "npuopt.quant.fp8", "npuopt.quant.bias_bits",
+     "npuopt.quant.strategies", "npuopt.quant.formats", "npuopt.quant.minifloat", "npuopt.quant.bias_bits",
      "npuopt.ir.values"],
     ["npuopt.cfg_reader", "npuopt.config", "npuopt.quant.settings"],
     ["npuopt.tensor", "npuopt.node", "npuopt.graph", "npuopt.quant.fields"],

@@ -68,12 +68,17 @@ SETTINGS = {
     "weight_only_fp8_fc": ["trigger_float_op=disable & <[FullyConnected]:float16_act_fp8e4m3fn_wht>",
                            "quantize_method_for_weight=per_channel_symmetric_restricted_range & "
                            "<[FullyConnected]:per_block_symmetric_restricted_range>", "weight_block_size=8"],
+    # fp4 weights: of FullyConnected layers kept in float (per channel), and with fp8 activations
+    "weight_only_fp4_fc": ["trigger_float_op=disable & <[FullyConnected]:float16_act_fp4e2m1fn_wht>",
+                           "quantize_method_for_weight=per_channel_symmetric_restricted_range"],
+    "wfp4afp8": ["quant_type=wfp4afp8e4m3", "quantize_method_for_weight=per_channel_symmetric_restricted_range"],
 }
 _FP8_TYPES = r"layer_type=(FullyConnected|Convolution|DepthwiseConv|MatMul)\n"
 # settings that change some layer types only, and the cases (op tests or models) they run on
 # (a pattern the IR's text has)
 ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected", "float16_conv": "layer_type=Convolution\n",
-             "fp8_e4m3": _FP8_TYPES, "fp8_e5m2": _FP8_TYPES, "weight_only_fp8_fc": "layer_type=FullyConnected"}
+             "fp8_e4m3": _FP8_TYPES, "fp8_e5m2": _FP8_TYPES, "weight_only_fp8_fc": "layer_type=FullyConnected",
+             "weight_only_fp4_fc": "layer_type=FullyConnected", "wfp4afp8": "layer_type=FullyConnected"}
 # op tests only: in a whole model, float16 layers' last-step differences (float sums in
 # another order) pass through the integer layers after them and grow to a few LSBs
 OP_TESTS_ONLY = ("float16_conv",)

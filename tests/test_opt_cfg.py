@@ -151,8 +151,6 @@ def test_unknown_field_names_the_closest(tmp_path):
     ("mixed_precision_auto_search", "1,0.02,L", "mixed precision auto search is not implemented"),
     ("calibration_strategy_for_weight", "weighted_scale_param[2,0.2,0.3,0.4]", "automatic form (first param above 1) "
                                                                                 "is not implemented"),
-    ("quant_type", "wfp4afp8e4m3", "quant_type 'wfp4afp8e4m3' (fp4 weights) is not implemented"),
-    ("trigger_float_op", "float16_act_fp4e2m1fn_wht", "fp4 weights with float activations"),
 ])
 def test_what_npuopt_lacks_stops_with_one_line(tmp_path, field, value, said):
     with pytest.raises(ConfigError) as info:
@@ -476,7 +474,7 @@ def test_a_qconfig_plugin_sets_the_layers_settings(tmp_path):
 def test_the_compass_optimizers_values_run_together(tmp_path):
     """Issue 24, acceptance 3: non-default values of the fields that stopped before run in
     one cfg (what each does is tested beside it); only mixed_precision_auto_search, the
-    fp8/fp4 formats, weighted_scale_param and compat_quantized_model still stop."""
+    automatic weighted_scale_param and compat_quantized_model still stop."""
     cfg_reader._current = None
     report = OptMaster(tiny(tmp_path, force_shift_positive="true", unify_scales_for_kvc_concat="true",
                             ignore_missing_statistic="true", bias_effective_bits="24",

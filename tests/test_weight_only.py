@@ -167,6 +167,9 @@ class _Problem:
     def input_power(self):
         return self.H.diagonal(dim1=1, dim2=2)
 
+    def to_grid(self, v):
+        return v.round().clamp(self.qmin, self.qmax)
+
     def error(self, w):
         d = w - self.weights
         return float((d @ self.H * d).sum())

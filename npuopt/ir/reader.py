@@ -275,7 +275,7 @@ def _deduce_quantized(node: PyNode) -> None:
         node.quantized = False
     else:
         dtypes = [t.dtype for t in list(node.inputs) + list(node.outputs)]
-        fp8 = any(d.is_fp8 for d in dtypes)  # an fp8 layer: its float32 biases and scales do not count
+        fp8 = any(d.is_minifloat for d in dtypes)  # an fp8 layer: its float32 biases and scales do not count
         if not fp8 and not any("lut" in k for k in node.constants):
             dtypes += [c.dtype for k, c in node.constants.items() if k not in ("weights_scale", "biases_scale")]
         node.quantized = fp8 or not any(d.is_float and d.bits >= 16 for d in dtypes)

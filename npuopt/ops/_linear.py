@@ -24,7 +24,7 @@ import torch
 
 from ..config import FP8_FUSED
 from ..dtype import Dtype
-from ..quant import fp8, qmath
+from ..quant import minifloat, qmath
 from ..quant import tensors as QT
 from ..quant.fields import FloatScale, Rescale, remain_shift, write_remain_shift
 from ..quant.settings import settings_of
@@ -71,8 +71,8 @@ def quantize_fp8_linear(node, groups: int = 1) -> None:
     weight_type (fp8, or integers of weight_bits), float32 biases b * fl32(s_x * s_w), and
     one float32 rescale s_y / (s_x * s_w) per tensor or channel (FloatScale)."""
     x, out = node.inputs[0], node.outputs[0]
-    if fused_method(node) not in FP8_FUSED or not x.dtype.is_fp8:
-        what = f"fused {fused_method(node)}" if x.dtype.is_fp8 else f"a {x.dtype.value} input"
+    if fused_method(node) not in FP8_FUSED or not x.dtype.is_minifloat:
+        what = f"fused {fused_method(node)}" if x.dtype.is_minifloat else f"a {x.dtype.value} input"
         raise QT.Unsupported(f"layer '{node.name}' ({node.type}): an fp8 layer with {what} is not supported "
                              f"(fp8 inputs, fused {' or '.join(FP8_FUSED)})")
     QT.quantize_activation(node, out)
@@ -121,7 +121,7 @@ def output_stage(node):
     whole tensor. PRELU with slopes over more than the channels runs whole."""
     out = node.outputs[0]
     biases = QT.shifted(node.constants["biases"]).reshape(-1) if "biases" in node.constants else None
-    if out.dtype.is_fp8:
+    if out.dtype.is_minifloat:
         return fp8_output_stage(node, biases)
     rescale = Rescale.read(node)
     prelu_slopes = node.get_constant("negative_slope").betensor.numel() if fused_method(node) == "PRELU" else None
@@ -162,11 +162,11 @@ def output_stage(node):
 
 def fp8_output_stage(node, biases):
     """An fp8 layer's output stage: acc (exact float64 sums) + float32 biases, the fused
-    RELU, times the float32 rescale, rounded to the output's format (quant/fp8.py)."""
+    RELU, times the float32 rescale, rounded to the output's format (quant/minifloat.py)."""
     scale, fmt = FloatScale.read(node).scale, node.outputs[0].dtype.value
     relu = fused_method(node) == "RELU"
 
     def run(acc: torch.Tensor) -> torch.Tensor:
         y = acc.to(torch.float64) + (biases.to(acc.device) if biases is not None else 0.0)
-        return fp8.requantize(y.clamp_(min=0.0) if relu else y, scale, fmt)
+        return minifloat.requantize(y.clamp_(min=0.0) if relu else y, scale, fmt)
     return run

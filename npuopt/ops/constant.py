@@ -5,7 +5,7 @@ the values, and `weights` stores the integers themselves (the forward hands them
 on); integer-valued constants (indices) are left as they are (qinvariant)."""
 import torch
 
-from ..quant import fp8, qmath
+from ..quant import minifloat, qmath
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 
@@ -28,8 +28,8 @@ def constant_quantize(self, *args):
     finite = v[torch.isfinite(v)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
     QT.quantize_activation(self, out, lo, hi)
-    if out.dtype.is_fp8:  # rounded to the format (the tool chain rounds to integers first, then to fp8)
-        c.betensor = fp8.round_to(fp8.quantize(v, out.scale), out.dtype.value)
+    if out.dtype.is_minifloat:  # rounded to the format (the tool chain rounds to integers first, then to fp8)
+        c.betensor = minifloat.round_to(minifloat.quantize(v, out.scale), out.dtype.value)
     else:
         c.betensor = qmath.quantize(v, out.scale, out.zerop, out.qmin, out.qmax).to(out.dtype.torch_dtype)
     QT.copy_quantization(out, c)

@@ -8,6 +8,6 @@ from ..registry import OpType, op_register
 def dequantize_forward(self, *args):
     x_t, out = self.inputs[0], self.outputs[0]
     x = x_t.betensor
-    quantized = x_t.dtype.is_fp8 or not x.is_floating_point()
+    quantized = x_t.dtype.is_minifloat or not x.is_floating_point()
     out.betensor = qmath.dequantize(x, x_t.scale, x_t.zerop) if quantized else x
     return out.betensor

@@ -43,7 +43,7 @@ def fully_connected_quantized(self):
     _check_features(self, x_t.betensor, self.get_constant("weights").betensor)
     absmax = QT.int_absmax(x_t)
     wt, bound = _integer_weights(self, absmax)
-    if x_t.dtype.is_fp8:  # fp8 values: their products and sums are exact in float64 (quant/fp8.py)
+    if x_t.dtype.is_minifloat:  # fp8 values: their products and sums are exact in float64 (quant/minifloat.py)
         return linear_output(self, torch.matmul(x_t.betensor.to(torch.float64), wt.to(torch.float64)))
     acc = qmath.exact_matmul(x_t.betensor.to(torch.float32), wt, bound=bound)
     return linear_output(self, acc)

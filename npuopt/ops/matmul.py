@@ -6,10 +6,10 @@ in float32, which equals the exact integers while partial sums stay below 2^24.)
 
 fp8 (an fp8 quant_type): both inputs and the output in the fp8 format, acc = A @ B of
 the format's values (exact in float64), then the float32 rescale s_out / (s_a * s_b)
-and rounding to the format (quant/fp8.py)."""
+and rounding to the format (quant/minifloat.py)."""
 import torch
 
-from ..quant import fp8, qmath
+from ..quant import minifloat, qmath
 from ..quant import tensors as QT
 from ..quant.fields import FloatScale, Rescale
 from ..quant.settings import settings_of
@@ -27,9 +27,9 @@ def _operands(node, a, b):
 def matmul_quantized(self):
     a_t, b_t = self.inputs
     out = self.outputs[0]
-    if out.dtype.is_fp8:  # fp8 operands: their products and sums are exact in float64
+    if out.dtype.is_minifloat:  # fp8 operands: their products and sums are exact in float64
         a, b = _operands(self, a_t.betensor.to(torch.float64), b_t.betensor.to(torch.float64))
-        return QT.store_output(self, fp8.requantize(torch.matmul(a, b), FloatScale.read(self).scale,
+        return QT.store_output(self, minifloat.requantize(torch.matmul(a, b), FloatScale.read(self).scale,
                                                     out.dtype.value), out)
     a, b = _operands(self, QT.shifted(a_t, torch.float32), QT.shifted(b_t, torch.float32))
     acc = qmath.exact_matmul(a, b, QT.shifted_absmax(a_t))
@@ -52,7 +52,7 @@ def matmul_quantize(self, *args):
     a_t, b_t = self.inputs
     out = self.outputs[0]
     if settings_of(self).fp8_activations:
-        if not (a_t.dtype.is_fp8 and b_t.dtype.is_fp8):
+        if not (a_t.dtype.is_minifloat and b_t.dtype.is_minifloat):
             raise QT.Unsupported(f"layer '{self.name}' (MatMul): an fp8 MatMul takes two fp8 inputs")
         QT.quantize_activation(self, out)
         f32 = torch.float32

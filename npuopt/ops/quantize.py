@@ -1,8 +1,8 @@
 """Quantize: a float tensor (from a layer kept in float) into integers, at the
 boundary of a mixed-precision graph: q = round_half_even(fl32(fl32(scale * f) - zp)),
 saturated to the top's range (scale/zp: the top's layer_top_scale/zp); into an fp8
-top, round_to(fl32(scale * f)) (quant/fp8.py)."""
-from ..quant import fp8, qmath
+top, round_to(fl32(scale * f)) (quant/minifloat.py)."""
+from ..quant import minifloat, qmath
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 
@@ -10,8 +10,8 @@ from ..registry import OpType, op_register, quant_register
 @op_register(OpType.Quantize, "1.0")
 def quantize_forward(self, *args):
     x, out = self.inputs[0].betensor, self.outputs[0]
-    if self.quantized and out.dtype.is_fp8:
-        return QT.store_output(self, fp8.round_to(fp8.quantize(x, out.scale), out.dtype.value), out)
+    if self.quantized and out.dtype.is_minifloat:
+        return QT.store_output(self, minifloat.round_to(minifloat.quantize(x, out.scale), out.dtype.value), out)
     if self.quantized and x.is_floating_point():
         return QT.store_output(self, qmath.quantize(x, out.scale, out.zerop, out.qmin, out.qmax), out)
     out.betensor = x

@@ -12,6 +12,8 @@ from . import qmath
 
 def dequantized(t: PyTensor, value: torch.Tensor = None) -> torch.Tensor:
     v = t.betensor if value is None else value
+    if t.dtype.is_minifloat and t.is_quantized:  # fp8 values: real * scale
+        return qmath.dequantize(v, t.broadcast_scale, t.broadcast_zerop)
     if v.is_floating_point() or t.qinvariant or not t.is_quantized:
         return v.to(torch.float32) if v.is_floating_point() else v
     return qmath.dequantize(v, t.scale, t.zerop)

@@ -144,7 +144,7 @@ class Rescale:
 
 @dataclass
 class FloatScale:
-    """The rescale of a layer computing in a scaled fp8 format (quant/fp8.py): one float32
+    """The rescale of a layer computing in a scaled fp8 format (quant/minifloat.py): one float32
     factor, as param `scale_value` (with `scale_type = float32`) or per channel as the
     float32 constant `scale`; no shift."""
     scale: Union[float, torch.Tensor]
@@ -288,7 +288,7 @@ def constant_quant_fields(node):
         if isinstance(c.scale, torch.Tensor) and c.scale.numel() > 1:
             constants[f"{key}_scale"] = (c.scale.to(torch.float32), Dtype.FP32)
             zp = torch.as_tensor(c.zerop).reshape(-1).expand(c.scale.numel())
-            if c.dtype.is_fp8:  # the tool chain's library wants fp8 weights' zero points in their type
+            if c.dtype.is_minifloat:  # the tool chain's library wants fp8 weights' zero points in their type
                 constants[f"{key}_zp"] = (zp.to(torch.float32), c.dtype)
             else:
                 constants[f"{key}_zp"] = (zp.to(torch.int32) if key == "weights" else zp.to(torch.int64),

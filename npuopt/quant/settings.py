@@ -9,18 +9,19 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from typing import Dict, Mapping
 
-from ..config import (FIELDS, FLOAT_MODES, FP8_LAYER_TYPES, QUANT_TYPE_SETTINGS, WEIGHT_ONLY_MODE, default_of,
-                      parse_field, quant_type_settings)
+from ..config import (FIELDS, FLOAT_MODES, FP8_LAYER_TYPES, QUANT_TYPE_SETTINGS, SHAPE_ONLY_TYPES, WEIGHT_ONLY_MODE,
+                      default_of, parse_field, quant_type_settings)
 from ..dtype import Dtype
 from ..errors import ConfigError
 from ..logger import OPT_INFO, OPT_WARN
 from ..registry import BOUNDARY_TYPES
 from .formats import QuantMethod
-from .fp8 import FORMATS as FP8_FORMATS
+from .minifloat import FORMATS as MINIFLOAT_FORMATS
 from .strategies import check_strategy
 
 TEMPLATE_IGNORED_KEYS = ("layer_type",)
-NUMBER_TYPES = ("int",) + tuple(FP8_FORMATS)
+NUMBER_TYPES = ("int",) + tuple(MINIFLOAT_FORMATS)
+ACTIVATION_TYPES = tuple(t for t in NUMBER_TYPES if not t.startswith("float4"))  # fp4: weights only
 OUTPUT_STRATEGY = check_strategy("extrema")  # for layers writing a graph output, unless opt_config says otherwise
 
 
@@ -56,7 +57,7 @@ class QuantSettings:
     # ("float16_preferred", "float16_act_int_wht": float activations, integer weights, ...)
     trigger_float_op: object = False
     # the number format of the layer's activations and of its weights: "int" (integers of
-    # the bits above), or a scaled fp8 format (quant/fp8.py; set by an fp8 quant_type)
+    # the bits above), or a scaled fp8 format (quant/minifloat.py; set by an fp8 quant_type)
     activation_type: str = "int"
     weight_type: str = "int"
     # COMPASS_CFG_ATTRS as the cfg gives them for this layer (not settings: no template entry)
@@ -75,9 +76,9 @@ class QuantSettings:
                  "multiplier_bits": self.multiplier_bits or min(int(self.activation_bits), 15)}
         for key, value in typed.items():
             object.__setattr__(self, key, value)
-        for key in ("activation_type", "weight_type"):
-            if getattr(self, key) not in NUMBER_TYPES:
-                raise ConfigError(f"{key} '{getattr(self, key)}' is not one of {', '.join(NUMBER_TYPES)}")
+        for key, allowed in (("activation_type", ACTIVATION_TYPES), ("weight_type", NUMBER_TYPES)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key} '{getattr(self, key)}' is not one of {', '.join(allowed)}")
 
     @property
     def fp8_activations(self) -> bool:
@@ -93,14 +94,17 @@ class QuantSettings:
 
     @property
     def weight_only(self) -> bool:
-        """Kept in float with quantized weights (a *_act_int_wht or *_act_fp8e4m3fn_wht float mode)."""
+        """Kept in float with quantized weights (a *_act_int_wht, *_act_fp8e4m3fn_wht or
+        *_act_fp4e2m1fn_wht float mode)."""
         return isinstance(self.trigger_float_op, str) and bool(WEIGHT_ONLY_MODE.search(self.trigger_float_op))
 
     @property
     def weights_format(self) -> str:
-        """The weights' number format: float8_e4m3fn in a *_act_fp8e4m3fn_wht mode, else weight_type."""
-        fp8_weights = isinstance(self.trigger_float_op, str) and "_act_fp8e4m3fn_wht" in self.trigger_float_op
-        return "float8_e4m3fn" if fp8_weights else self.weight_type
+        """The weights' number format: float8_e4m3fn (float4_e2m1fn) in a *_act_fp8e4m3fn_wht
+        (*_act_fp4e2m1fn_wht) mode, else weight_type."""
+        mode = WEIGHT_ONLY_MODE.search(self.trigger_float_op) if isinstance(self.trigger_float_op, str) else None
+        return {"fp8e4m3fn": "float8_e4m3fn", "fp4e2m1fn": "float4_e2m1fn"}.get(mode.group(1) if mode else "",
+                                                                             self.weight_type)
 
     @classmethod
     def names(cls):
@@ -126,8 +130,9 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
     for q in quant_types:
         what = ", ".join(f"{k} = {v}" for k, v in QUANT_TYPE_SETTINGS[q].items())
         if q in FP8_LAYER_TYPES:
-            OPT_INFO(f"quant_type {q}: {what} on the {', '.join(FP8_LAYER_TYPES[q][:6]) or 'no'} layers and the "
-                     f"layers that only move values, 8-bit integers on the others, as the tool chain does")
+            types = [t for t in FP8_LAYER_TYPES[q] if t not in SHAPE_ONLY_TYPES]
+            OPT_INFO(f"quant_type {q}: {what} on the {', '.join(types) or 'no'} layers and the layers that only "
+                     f"move values, 8-bit integers on the others, as the tool chain does")
         else:
             OPT_INFO(f"quant_type {q}: {what} on every layer it is set for (OPT 4.2 resets it per layer and "
                      f"changes nothing)")
@@ -144,7 +149,8 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
     if modes is not None and any(m != "disable" for m in modes.values()):
         OPT_INFO("trigger_float_op: layers in a float mode are kept in float: computed in float32, their tops "
                  "and constants (biases aside) rounded to and written as float16/bfloat16 in those modes; "
-                 "*_act_int_wht modes store the weights of linear layers as integers (weight-only quantization)")
+                 "*_act_int_wht (*_act_fp8e4m3fn_wht, *_act_fp4e2m1fn_wht) modes store the weights of linear layers as "
+                 "integers (fp8, fp4: weight-only quantization)")
     restricted = sorted({st.quantize_method_for_weight for st in settings.values() if st.weight_bits <= 4
                          and not st.quantize_method_for_weight.full_range})
     if restricted:
@@ -159,8 +165,8 @@ def layer_settings(cfg, graph) -> Dict[str, QuantSettings]:
 
 def layer_values(cfg, graph) -> Dict[str, dict]:
     """Each layer's setting values in one precedence pass: the cfg's value; "extrema" for
-    a layer writing a graph output; quant_type's bits; the cfg's per-layer forms
-    (`x & <[Type]:y>`, OPT's float modes); the layer's entry in the JSON opt_config
+    a layer writing a graph output; quant_type's bits (and formats); the cfg's per-layer
+    forms (`x & <[Type]:y>`, OPT's float modes); the layer's entry in the JSON opt_config
     ({"layer": {"weight_bits": 4}}). What QuantSettings derives (multiplier_bits left 0)
     is not in them, so values changed later derive it again as a fresh run would."""
     float_ops = {s.lower() for s in (cfg.trigger_float_op or [])}
@@ -168,19 +174,49 @@ def layer_values(cfg, graph) -> Dict[str, dict]:
     base = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
     opt_config = read_opt_config(cfg.opt_config, graph) if cfg.opt_config else {}
     graph_outputs = {t.name for t in graph.output_tensors}
-    return {node.name: {**base, **_layer_values(cfg, node, float_ops, graph_outputs), **opt_config.get(node.name, {}),
-                        "cfg_attrs": {f: cfg.of(f, node) for f in COMPASS_CFG_ATTRS if hasattr(cfg, f)}}
-            for node in graph.nodes}
+
+    def of(node, integer: bool = False) -> dict:
+        return {**base, **_layer_values(cfg, node, float_ops, graph_outputs, integer), **opt_config.get(node.name, {}),
+                "cfg_attrs": {f: cfg.of(f, node) for f in COMPASS_CFG_ATTRS if hasattr(cfg, f)}}
+    values = {node.name: of(node) for node in graph.nodes}
+    for node in _read_as_integers(graph, values, graph_outputs, opt_config):
+        values[node.name] = of(node, integer=True)
+    return values
 
 
-def _layer_values(cfg, node, float_ops, graph_outputs) -> dict:
-    """What the cfg says of this layer beyond its plain values (later keys win)."""
+# layers whose values are the same in either format: they may take their readers'
+FLEXIBLE_TYPES = ("Input", "Constant") + SHAPE_ONLY_TYPES
+
+
+def _read_as_integers(graph, values, graph_outputs, opt_config) -> list:
+    """The layers an fp8 quant_type gives an fp8 format as graph inputs, constants or
+    layers that only move values, whose output an integer layer reads too (through others
+    of their kind): they take 8-bit integers instead (as on the quant_type's other
+    layers) and their fp8 readers convert, the same conversions, but the integer readers
+    (a residual Add) get 8-bit precision, not fp8's (transformer_encoder's output cosine
+    0.99865 -> 0.99899). Where the opt_config names a layer's activation_type, it stays."""
+    found = []
+    for node in reversed(graph.nodes):
+        v = values[node.name]
+        if node.type not in FLEXIBLE_TYPES or v.get("activation_type", "int") == "int" or \
+                "activation_type" in opt_config.get(node.name, {}) or any(t.name in graph_outputs for t in node.outputs):
+            continue
+        if any(values[r.name].get("activation_type", "int") == "int" for r in graph.successors(node)):
+            v["activation_type"] = "int"   # for the layers before it; its values are made anew
+            found.append(node)
+    return found
+
+
+def _layer_values(cfg, node, float_ops, graph_outputs, integer: bool = False) -> dict:
+    """What the cfg says of this layer beyond its plain values (later keys win); `integer`:
+    an fp8 quant_type's integer settings (_read_as_integers)."""
     values = {"trigger_float_op": node.name.lower() in float_ops or node.type.lower() in float_ops}
     if any(t.name in graph_outputs for t in node.outputs):
         # a model's outputs are its answer: a clipping strategy that flattens the
         # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
         values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY
-    values.update(quant_type_settings(cfg.of("quant_type", node), node.type, node.params.get("with_activation", "NONE")))
+    values.update(quant_type_settings(cfg.of("quant_type", node), node.type, node.params.get("with_activation", "NONE"),
+                                      minifloat=not integer))
     for key, pl in cfg.per_layer.items():
         if key == "trigger_float_op":
             mode = pl.get(node)

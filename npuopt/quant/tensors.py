@@ -8,7 +8,7 @@ import torch
 from ..dtype import Dtype, fit_float
 from ..errors import QuantizeError
 from ..tensor import PyTensor
-from . import formats, fp8, qmath
+from . import formats, minifloat, qmath
 from .bias_bits import adapted_bias_bits
 from .settings import settings_of
 from .statistics import Statistics
@@ -57,8 +57,11 @@ def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, s
         raise Unsupported(f"layer '{node.name}': per-channel activations are not supported")
     if lo is None:
         lo, hi = activation_range(node, t, method.symmetric or st.fp8_activations)
-    if st.fp8_activations:
-        set_fp8_quantization(t, max(abs(float(lo)), abs(float(hi))), st.activation_type)
+    if st.fp8_activations:  # a scaled fp8 format (quant/minifloat.py): symmetric, zero point 0
+        fmt = Dtype(st.activation_type)
+        set_quantization(t, minifloat.scale_of(max(abs(float(lo)), abs(float(hi))), fmt.value), 0, fmt.qmin, fmt.qmax, 8,
+                         True)
+        t.dtype = fmt
         return
     signed = _signed(node, lo, signed)
     set_quantization(t, *activation_grid(node, lo, hi, signed), st.activation_bits, signed)
@@ -91,14 +94,6 @@ def set_quantization(t: PyTensor, scale, zp, qmin: int, qmax: int, bits: int, si
     t.qbits, t.qmin, t.qmax = bits, qmin, qmax
     t.dtype = Dtype.integer(bits, signed)
     t.qinvariant = False
-
-
-def set_fp8_quantization(t: PyTensor, absmax, name: str) -> None:
-    """t in scaled fp8 format `name` over [-absmax, absmax] (a number, or per channel):
-    symmetric, zero point 0, the format's finite range (quant/fp8.py)."""
-    dtype = Dtype(name)
-    t.scale, t.zerop, t.qbits, t.qmin, t.qmax = fp8.scale_of(absmax, name), 0, 8, dtype.qmin, dtype.qmax
-    t.dtype, t.qinvariant = dtype, False
 
 
 QUANTIZATION_FIELDS = ("scale", "zerop", "qbits", "qmin", "qmax", "dtype", "qinvariant", "key_axis")
@@ -142,16 +137,17 @@ def store_output(node, y: torch.Tensor, out: PyTensor) -> torch.Tensor:
 
 # ---- weights and biases -----------------------------------------------------
 class WeightGrid:
-    """The integer grid a layer's float weights are rounded onto, decided from the
-    weights and the layer's settings alone: q = clamp(round(w * scale - zp), qmin, qmax),
-    scale and zp numbers or float32 tensors along `axis`, or per block (`block`: one
-    value per block of each output channel, channel-major). Global calibration
-    (quant/global_calibration) reads it to choose roundings other than the nearest."""
+    """The grid a layer's float weights are rounded onto, from the weights and the layer's
+    settings alone: integers q = clamp(round(w * scale - zp), qmin, qmax), or with `fmt` a
+    minifloat format's values (zp 0); scale and zp numbers or float32 tensors along `axis`,
+    or per block (`block`: one per block of each output channel, channel-major). Global
+    calibration reads it to choose roundings other than the nearest."""
 
-    def __init__(self, scale, zp, qmin: int, qmax: int, bits: int, axis: int, shape, block: int = None):
+    def __init__(self, scale, zp, qmin: int, qmax: int, bits: int, axis: int, shape, block: int = None,
+                 fmt: str = None):
         self.scale, self.zp, self.qmin, self.qmax, self.bits, self.axis = scale, zp, qmin, qmax, bits, axis
         self.per_channel = isinstance(scale, torch.Tensor)
-        self.block, self.shape = block, tuple(int(d) for d in shape)
+        self.block, self.shape, self.fmt = block, tuple(int(d) for d in shape), fmt
         self._shape = [1] * len(self.shape)
         self._shape[axis] = -1
 
@@ -162,8 +158,16 @@ class WeightGrid:
         return v.reshape(self._shape) if isinstance(v, torch.Tensor) else v
 
     def quantize(self, w: torch.Tensor) -> torch.Tensor:
-        """Round to nearest (the default rounding), float32 holding integers."""
+        """Round to nearest (the default rounding), float32 holding the grid's values."""
+        if self.fmt:
+            return minifloat.round_to(minifloat.quantize(w, self.along(self.scale)), self.fmt)
         return qmath.quantize(w, self.along(self.scale), self.along(self.zp), self.qmin, self.qmax)
+
+    def to_grid(self, v: torch.Tensor) -> torch.Tensor:
+        """Values in the grid's units (w * scale - zp) rounded to its nearest, in v's dtype."""
+        if self.fmt:
+            return minifloat.round_to(v, self.fmt).to(v.dtype)
+        return v.round().clamp_(self.qmin, self.qmax)
 
     def dequantize(self, q: torch.Tensor) -> torch.Tensor:
         return qmath.dequantize(q, self.along(self.scale), self.along(self.zp))
@@ -229,16 +233,24 @@ def _zero_channels_typical(lo: torch.Tensor, hi: torch.Tensor) -> tuple:
 
 
 def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1, rng: tuple = None) -> WeightGrid:
-    """The grid of float constant `key` over its weight_range (or `rng`): symmetric
-    (zp 0) or asymmetric, signed, weight_bits wide."""
+    """The grid of float constant `key` over its weight_range (or `rng`): symmetric (zp 0)
+    or asymmetric, signed, weight_bits wide; or the minifloat weights format at largest / absmax."""
     st = settings_of(node)
     method = st.quantize_method_for_weight
     lo, hi = rng if rng is not None else weight_range(node, key, axis, groups)
-    scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.weight_bits, method.symmetric,
-                                                      method.full_range, True)
+    fmt = None if st.weights_format == "int" else st.weights_format
+    if fmt:
+        absmax = torch.maximum(lo.abs(), hi.abs()) if isinstance(lo, torch.Tensor) else max(abs(lo), abs(hi))
+        dtype = Dtype(fmt)
+        scale, qmin, qmax, bits = minifloat.scale_of(absmax, fmt), dtype.qmin, dtype.qmax, dtype.bits
+        zp = torch.zeros_like(scale) if isinstance(scale, torch.Tensor) else 0
+    else:
+        scale, zp, qmin, qmax = qmath.linear_quant_params(lo, hi, st.weight_bits, method.symmetric,
+                                                          method.full_range, True)
+        bits = st.weight_bits
     shape = node.get_constant(key).betensor.shape
-    return WeightGrid(scale, zp, qmin, qmax, st.weight_bits, axis, shape,
-                      st.weight_block_size if method.per_block else None)
+    return WeightGrid(scale, zp, qmin, qmax, bits, axis, shape, st.weight_block_size if method.per_block else None,
+                      fmt)
 
 
 def plan_weight_range(node, key: str, lo, hi) -> None:
@@ -253,9 +265,13 @@ def plan_weight_range(node, key: str, lo, hi) -> None:
 
 def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
     """A global calibration method's rounding of constant `key` (integers on the
-    layer's WeightGrid), used by quantize_weights instead of rounding to nearest; kept
-    in the narrowest integer type that holds them (in float32 the plans of a default
+    layer's WeightGrid, or its minifloat values), used by quantize_weights instead of
+    rounding to nearest; integers kept in the narrowest integer type that holds them (in float32 the plans of a default
     run held the model's size again: 344 MB on ViT-B/16)."""
+    fmt = settings_of(node).weights_format
+    if fmt != "int":  # minifloat values, kept as float32
+        node.attrs.setdefault("planned_integers", {})[key] = minifloat.round_to(q.detach().cpu(), fmt)
+        return
     q = q.detach().round().cpu()
     lo, hi = (int(v) for v in q.aminmax()) if q.numel() else (0, 0)
     kind = next(t for t in (torch.int8, torch.int16, torch.int32)
@@ -274,34 +290,17 @@ def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
 
 
 def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1):
-    """Replace float constant `key` by its integers on its WeightGrid (weight_integers).
-    Returns the scale (a number, or a float32 tensor along `axis`)."""
-    if settings_of(node).weights_format != "int":
-        return _quantize_fp8_weights(node, key, axis, groups)
+    """Replace float constant `key` by its integers (or minifloat values) on its WeightGrid
+    (weight_integers). Returns the scale (a number, or a float32 tensor along `axis`)."""
     c = node.get_constant(key)
     grid = weight_grid(node, key, axis, groups)
     q = weight_integers(node, key, grid)
     c.key_axis = axis if grid.per_channel else None
     c.block_size = grid.block
-    dtype = Dtype.integer(grid.bits, True)
+    dtype = Dtype(grid.fmt) if grid.fmt else Dtype.integer(grid.bits, True)
     c.betensor = q.to(dtype.torch_dtype).to(c.betensor.device)
     c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, grid.scale, grid.zp, grid.bits, grid.qmin, grid.qmax
     return grid.scale
-
-
-def _quantize_fp8_weights(node, key: str, axis: int, groups: int):
-    """Constant `key` in the layer's fp8 weight_type as the tool chain's fp8 layers store it: over
-    its weight_range (per channel, group or tensor), q = round_to(fl32(w * scale)). Returns the scale."""
-    st, c = settings_of(node), node.get_constant(key)
-    lo, hi = weight_range(node, key, axis, groups)
-    per_channel = isinstance(lo, torch.Tensor)
-    absmax = torch.maximum(lo.abs(), hi.abs()) if per_channel else max(abs(lo), abs(hi))
-    w, fmt = c.betensor.detach().to(torch.float32).cpu(), st.weights_format
-    set_fp8_quantization(c, absmax, fmt)
-    c.key_axis = axis if per_channel else None
-    c.block_size = st.weight_block_size if st.quantize_method_for_weight.per_block else None
-    c.betensor = fp8.round_to(fp8.quantize(w, c.broadcast_scale), fmt).to(c.betensor.device)
-    return c.scale
 
 
 # layer types whose weights hold output channels on axis 0 (grouped along it), as the

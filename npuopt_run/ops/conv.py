@@ -15,7 +15,7 @@ transposed convolutions have no fp8 form."""
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .. import fp8
+from .. import minifloat
 from ..intmath import absmax, check_range, exact_matmul, requantize
 from .activation import fused_float
 from .stage import (AHEAD_SHIFTED, ahead_shift, biases_with_zp, float_weights, fp8_output_stage, fp8_scale,
@@ -181,7 +181,7 @@ def conv_int(layer, xs, infos):
     stage. Exact (the tool chain sums in float, exact below 2^24 / 2^53)."""
     q, dims = xs[0], DIMS[layer.type]
     _, zp_x = infos[0].quant(layer)
-    if layer.top_types[0].fp8 and layer.type not in TRANSPOSED:
+    if layer.top_types[0].minifloat and layer.type not in TRANSPOSED:
         w, win = fp8_weights(layer), window(layer, dims)
         o = check_weights(layer, q, w, win, False)
         acc = grouped_conv(nd_windows(q.astype(np.float64), win, np.float64(0)), spatial_weights(w, dims),
@@ -219,7 +219,7 @@ def fc_int(layer, xs, infos):
     the biases), W and B as for Convolution; the output stage (per-channel numbers along
     the output's last axis)."""
     q = xs[0]
-    fp8_layer = layer.top_types[0].fp8
+    fp8_layer = layer.top_types[0].minifloat
     w = fp8_weights(layer) if fp8_layer else linear_weights(layer, infos[0])
     if w.ndim != 2 or w.shape[1] != q.shape[-1]:
         raise layer.error(f"weights {list(w.shape)} do not fit {q.shape[-1]} input features", "weights_shape")
@@ -246,9 +246,9 @@ def matmul_int(layer, xs, infos):
     """z = A @ B (after trans_a/trans_b), A = q_a + zp_a, B = q_b + zp_b, exactly (the tool
     chain sums in float32, which is exact while partial sums stay below 2^24), then
     requantize with the layer's rescale; no activation."""
-    if layer.top_types[0].fp8:
+    if layer.top_types[0].minifloat:
         a, b = matmul_operands(layer, [x.astype(np.float64) for x in xs])
-        return [fp8.requantize(np.matmul(a, b), fp8_scale(layer, 1), layer.top_types[0].name)]
+        return [minifloat.requantize(np.matmul(a, b), fp8_scale(layer, 1), layer.top_types[0].name)]
     refuse_ahead_shift(layer, *(info.dtype for info in infos))
     a, b = matmul_operands(layer, [shifted(x, info, layer) for x, info in zip(xs, infos)])
     z = exact_matmul(layer, a, b)

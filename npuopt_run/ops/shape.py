@@ -2,7 +2,7 @@
 Constant; and the float boundaries Quantize and DeQuantize."""
 import numpy as np
 
-from .. import fp8
+from .. import minifloat
 from ..intmath import dequantize, quantize, requantize
 from .stage import int_value, same_quantization, shifted, stored_ints, top_bounds
 
@@ -152,7 +152,7 @@ def pad_int(layer, xs, infos):
     quantized IR must carry (its default, real 0, is -zp, not 0)."""
     same_quantization(layer, infos[0])
     pads, mode = pad_geometry(layer, xs[0])
-    if infos[0].dtype.fp8:  # the fill is a value of the format
+    if infos[0].dtype.minifloat:  # the fill is a value of the format
         fill = np.float32(layer.param("constant_value", 0.0)) if mode == "CONSTANT" else np.float32(0)
         return [pad_values(xs[0], pads, mode, fill)]
     fill = int_value(layer, "constant_value", layer.param("constant_value")) if mode == "CONSTANT" else 0
@@ -161,8 +161,8 @@ def pad_int(layer, xs, infos):
 
 def quantize_int(layer, xs, infos):
     """Quantize: a float tensor into the top's integers, as the Input layer does (in float32)."""
-    if layer.top_types[0].fp8:
-        return [fp8.quantize(xs[0], layer.top_scales[0], layer.top_types[0].name)]
+    if layer.top_types[0].minifloat:
+        return [minifloat.quantize(xs[0], layer.top_scales[0], layer.top_types[0].name)]
     zp, lo, hi = top_bounds(layer)
     return [quantize(xs[0], layer.top_scales[0], zp, lo, hi)]
 
@@ -171,7 +171,7 @@ def dequantize_float(layer, xs, infos):
     """DeQuantize: fl32(q + zp) * fl32(1 / scale) with the input's scale/zp (float32); an
     fp8 input's values as q."""
     scale, zp = infos[0].quant(layer)
-    if infos[0].dtype.fp8:
+    if infos[0].dtype.minifloat:
         return [(xs[0].astype(np.float32) + np.float32(zp)) * (np.float32(1.0) / np.float32(scale))]
     return [dequantize(xs[0], scale, zp)]
 

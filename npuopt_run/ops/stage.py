@@ -16,7 +16,7 @@ where requantize(v, M, s) = clamp(round_half_even(v * M * 2^-s) - zp_out, qmin, 
 """
 import numpy as np
 
-from .. import fp8
+from .. import minifloat
 
 from ..intmath import INT48, UINT48, as_float32, requantize, shift_round_even
 
@@ -81,7 +81,7 @@ def float_weights(layer) -> np.ndarray:
     weights_zp per tensor (params), per output channel, or per block: each channel's
     weights, flattened in the IR's order, in runs of weight_block_size, the last one shorter."""
     w = layer.const("weights")
-    if np.issubdtype(w.dtype, np.floating) and not layer.const_types["weights"].fp8:
+    if np.issubdtype(w.dtype, np.floating) and not layer.const_types["weights"].minifloat:
         return w.astype(np.float32)
     if layer.has_const("weights_scale"):
         scale = layer.const("weights_scale").astype(np.float32).reshape(-1)
@@ -89,7 +89,7 @@ def float_weights(layer) -> np.ndarray:
         scale = np.array([layer.param("weights_scale")], np.float32)
     else:
         raise layer.error("quantized weights of a float layer need weights_scale", "weights_scale")
-    if layer.has_const("weights_zp") and layer.const_types["weights_zp"].fp8:  # fp8 weights' zero points
+    if layer.has_const("weights_zp") and layer.const_types["weights_zp"].minifloat:  # fp8 weights' zero points
         zp = layer.const("weights_zp").astype(np.float32).reshape(-1)
     else:
         zp = np.asarray(stored_ints(layer, "weights_zp", "weights_zp", 0), np.int64).reshape(-1)
@@ -251,7 +251,7 @@ def fp8_scale(layer, channels: int):
 
 def fp8_output_stage(layer, acc: np.ndarray, channels: int) -> np.ndarray:
     """An fp8 layer's output: acc (float64, exact) + float32 biases, the fused RELU, then
-    fp8.requantize with its rescale into the top's format."""
+    minifloat.requantize with its rescale into the top's format."""
     method = fused_method(layer)
     if method not in ("NONE", "RELU"):
         raise layer.error(f"an fp8 layer fuses NONE or RELU, not {method}", "with_activation")
@@ -259,4 +259,4 @@ def fp8_output_stage(layer, acc: np.ndarray, channels: int) -> np.ndarray:
         acc = acc + layer.const("biases").astype(np.float32).astype(np.float64).reshape(-1)
     if method == "RELU":
         acc = np.maximum(acc, 0.0)
-    return fp8.requantize(acc, fp8_scale(layer, channels), layer.top_types[0].name)
+    return minifloat.requantize(acc, fp8_scale(layer, channels), layer.top_types[0].name)

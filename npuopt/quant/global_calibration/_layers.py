@@ -131,8 +131,7 @@ class Problem:
     damp: torch.Tensor        # [groups, 1, 1], float32
     scale: object             # the grid's scale and zero point: numbers, or [groups, rows, 1]
     zp: object
-    qmin: int
-    qmax: int
+    grid: object              # the layer's tensors.WeightGrid (its rounding: to_grid)
     mean_q: Optional[torch.Tensor]   # E[x_q] [groups, K] and E[W x_f + b] [groups, rows] when free_bias
     mean_out: Optional[torch.Tensor]
 
@@ -155,7 +154,7 @@ class Problem:
         lam = damp * torch.where(diag > 0, diag, torch.ones_like(diag))
         grid = QT.weight_grid(node, "weights", axis=0, groups=groups)
         return cls(node, w, h, low_rank, cw.to(torch.float32), lam.reshape(-1, 1, 1),
-                   _grouped(grid, grid.scale, w), _grouped(grid, grid.zp, w), grid.qmin, grid.qmax,
+                   _grouped(grid, grid.scale, w), _grouped(grid, grid.zp, w), grid,
                    mean_q.to(torch.float32) if free_bias else None,
                    (mean_out + biases).to(torch.float32) if free_bias else None)
 
@@ -171,6 +170,18 @@ class Problem:
     def dequantize(self, q: torch.Tensor) -> torch.Tensor:
         return (q + self.zp) / self.scale
 
+    @property
+    def qmin(self) -> int:
+        return self.grid.qmin
+
+    @property
+    def qmax(self) -> int:
+        return self.grid.qmax
+
+    def to_grid(self, v: torch.Tensor) -> torch.Tensor:
+        """Values in steps of the grid rounded to its nearest (integers, or a minifloat format's values)."""
+        return self.grid.to_grid(v)
+
     def choose_range(self) -> None:
         """Shrink the grid's calibrated range by the share of CLIP_RATIOS whose nearest
         rounding gives the least output error: per channel for per-channel weights, per
@@ -182,7 +193,7 @@ class Problem:
         for r in CLIP_RATIOS.tolist():
             grid = QT.weight_grid(node, "weights", 0, groups, (lo * r, hi * r))
             scale, zp = _grouped(grid, grid.scale, self.weights), _grouped(grid, grid.zp, self.weights)
-            w = (torch.round(self.weights * scale - zp).clamp(self.qmin, self.qmax) + zp) / scale
+            w = (self.to_grid(self.weights * scale - zp) + zp) / scale
             errors.append(self.row_errors(w))
         errors = torch.stack(errors, dim=-1)            # [groups, rows, ratios]
         method = settings_of(node).quantize_method_for_weight
@@ -194,8 +205,8 @@ class Problem:
         else:
             best = CLIP_RATIOS[errors.sum(dim=1).argmin(dim=-1).cpu()].repeat_interleave(errors.shape[1])
         QT.plan_weight_range(node, "weights", lo * best, hi * best)
-        grid = QT.weight_grid(node, "weights", 0, groups)
-        self.scale, self.zp = _grouped(grid, grid.scale, self.weights), _grouped(grid, grid.zp, self.weights)
+        self.grid = QT.weight_grid(node, "weights", 0, groups)
+        self.scale, self.zp = (_grouped(self.grid, v, self.weights) for v in (self.grid.scale, self.grid.zp))
 
     def row_errors(self, w: torch.Tensor) -> torch.Tensor:
         """The output error of weights w per row [groups, rows] (+ a constant per row)."""
@@ -249,12 +260,13 @@ def _grouped(grid, v, w: torch.Tensor):
 
 
 # ---- the layers in order ------------------------------------------------------------
-def rounded_layers(ctx) -> list:
+def rounded_layers(ctx, minifloat: bool = False) -> list:
     """The layers in scope whose weights a rounding method chooses, in graph order: weights
-    on an integer grid (fp8 weights are rounded to their format, by nothing else)."""
+    on an integer grid, and with `minifloat` (a method that rounds with Problem.to_grid)
+    fp8/fp4 weights too."""
     return [n for n in ctx.graph.nodes if n.type in TYPES and "weights" in n.constants and ctx.in_scope(n)
             and (not settings_of(n).trigger_float_op or settings_of(n).weight_only)
-            and settings_of(n).weights_format == "int"]
+            and (minifloat or settings_of(n).weights_format == "int")]
 
 
 class LayerData:
@@ -287,9 +299,10 @@ class LayerData:
         return epochs * math.ceil(self.samples / (batch_size or self.samples))
 
 
-    def problems(self, desc: str, free_bias: bool, damp: float, choose_range: bool) -> Iterator[Problem]:
+    def problems(self, desc: str, free_bias: bool, damp: float, choose_range: bool,
+                 minifloat: bool = False) -> Iterator[Problem]:
         """Each layer's Problem (its grid's range chosen first with `choose_range`:
-        Problem.choose_range); when the caller resumes, the range and rounding it planned
+        Problem.choose_range; minifloat weights too with `minifloat`); when the caller resumes, the range and rounding it planned
         (and the biases it set) are put into the plan's quantized graph (`replan`) before
         the layers after it run."""
         ctx = self.ctx
@@ -297,7 +310,7 @@ class LayerData:
                                                                          one_thread=False)
         units = self.elements(ctx.graph)
         try:
-            for node in ctx.progress(rounded_layers(ctx), desc):
+            for node in ctx.progress(rounded_layers(ctx, minifloat), desc):
                 fnode, qnode = (s.until(node.name) for s in streams)
                 if qnode is None or not (qnode.quantized or settings_of(node).weight_only):
                     continue

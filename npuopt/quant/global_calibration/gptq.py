@@ -68,14 +68,15 @@ def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
         diag = own.diagonal(dim1=1, dim2=2).unsqueeze(1)
         acc = (a[..., j1:j2] - factor.share(y, j1, j2)) / diag
         grid = (scale[..., j1:j2], zp[..., j1:j2]) if per_column else (None, zp)
-        _round_block(acc, own / diag, y[..., j1:j2], *grid, problem.qmin, problem.qmax)
-    q = (y.mul_(scale).sub_(zp) if per_column else y.sub_(problem.zp)).round_().to(problem.weights.dtype)
+        _round_block(acc, own / diag, y[..., j1:j2], *grid, problem.to_grid)
+    q = problem.to_grid(y.mul_(scale).sub_(zp) if per_column else y.sub_(problem.zp)).to(problem.weights.dtype)
     return q.gather(2, torch.argsort(back, dim=1).unsqueeze(1).expand(g, rows, k))
 
 
-def _round_block(acc, within, y, scale, zp, qmin: int, qmax: int) -> None:
+def _round_block(acc, within, y, scale, zp, to_grid) -> None:
     """Round a block's columns from the last to the first into y (Q + zp; with `scale`,
-    a scale per column [groups, rows, n], the weights (Q + zp) / scale), with acc their
+    a scale per column [groups, rows, n], the weights (Q + zp) / scale; Q = to_grid(...):
+    integers, or a minifloat format's values), with acc their
     values before rounding [groups, rows, n] and within[:, j] column j's share in the
     block's other columns: the lazy batch once more, in steps of STEP columns that go one
     by one, a step's share in the columns before it in one product."""
@@ -83,9 +84,9 @@ def _round_block(acc, within, y, scale, zp, qmin: int, qmax: int) -> None:
         i1 = max(i2 - STEP, 0)
         for j in range(i2 - 1, i1 - 1, -1):
             if scale is None:
-                yj = acc[..., j].sub(zp).round_().clamp_(qmin, qmax).add_(zp)
+                yj = to_grid(acc[..., j].sub(zp)).add_(zp)
             else:
-                yj = acc[..., j].mul(scale[..., j]).sub_(zp[..., j]).round_().clamp_(qmin, qmax)
+                yj = to_grid(acc[..., j].mul(scale[..., j]).sub_(zp[..., j]))
                 yj = yj.add_(zp[..., j]).div_(scale[..., j])
             y[..., j] = yj
             acc[..., i1:j].addcmul_(yj.unsqueeze(2), within[:, j, i1:j].unsqueeze(1), value=-1)
@@ -172,11 +173,12 @@ def _rows(v):
 @global_calibration("gptq_zy", "after_calibration", edits_float=False, data_parallel=True)
 def gptq_zy(ctx, params):
     """GPTQ: column-by-column rounding of Convolution/DepthwiseConv/FullyConnected weights with
-    error feedback. On one thread: a factor's and a solve's last bits vary with the thread
+    error feedback, onto integer grids and fp8/fp4 ones alike. On one thread: a factor's and a solve's last bits vary with the thread
     count, and the integers follow them (issue 13)."""
     p = read_params("gptq_zy", params, PARAMS)
     data = LayerData(ctx, p["batches"])
     with one_thread():
-        for problem in data.problems("gptq_zy", free_bias=False, damp=p["perc_damp"], choose_range=False):
+        for problem in data.problems("gptq_zy", free_bias=False, damp=p["perc_damp"], choose_range=False,
+                                     minifloat=True):
             problem.plan(round_columns(problem, bool(p["use_act_order"]), p["block_size"]))
             del problem  # its K x K matrix, before the next layer's is made

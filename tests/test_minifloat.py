@@ -1,20 +1,21 @@
-"""Issue 24, fp8 quantization: quant_type wfp8afp8 / wfp8e4m3afp8e4m3 / wfp8e5m2afp8e5m2 put
-the linear layers (Convolution, DepthwiseConv, FullyConnected, MatMul), graph inputs,
-constants and the layers that only move values in a scaled fp8 format (quant/fp8.py),
-w4afp8e4m3 gives FullyConnected layers 4-bit integer weights with fp8 activations, and
-*_act_fp8e4m3fn_wht keeps a layer in float with fp8 weights (weight-only). npuopt's
+"""Issue 24, fp8 and fp4 quantization: quant_type wfp8afp8 / wfp8e4m3afp8e4m3 /
+wfp8e5m2afp8e5m2 put the linear layers (Convolution, DepthwiseConv, FullyConnected,
+MatMul), graph inputs, constants and the layers that only move values in a scaled fp8
+format (quant/minifloat.py), w4afp8e4m3 (wfp4afp8e4m3) gives FullyConnected layers 4-bit
+integer (float4_e2m1fn) weights with fp8 activations, and *_act_fp8e4m3fn_wht /
+*_act_fp4e2m1fn_wht keep a layer in float with fp8/fp4 weights (weight-only). npuopt's
 forward of the IR read back, npuopt-run and the in-memory graph agree on every element;
-OPT's forward reads them as npuopt does: tests/test_conformance.py's `fp8_e4m3` and
-`fp8_e5m2` settings."""
+OPT's forward reads them as npuopt does: tests/test_conformance.py's `fp8_e4m3`,
+`fp8_e5m2`, `weight_only_fp8_fc`, `weight_only_fp4_fc` and `wfp4afp8` settings."""
 import numpy as np
 import pytest
 import torch
 
-import npuopt_run.fp8 as run_fp8
+import npuopt_run.minifloat as run_minifloat
 from conftest import npuopt_run_outputs
-from npuopt.dtype import Dtype, bytes_to_tensor, fit_float
+from npuopt.dtype import Dtype, bytes_to_tensor, fit_float, tensor_to_bytes
 from npuopt.ir import read_graph, write_graph
-from npuopt.quant import fp8
+from npuopt.quant import minifloat
 from npuopt.quant.quantizer import build_quantized_graph, float_layers
 from npuopt.quant.settings import QuantSettings
 from test_ops_conv import params_of
@@ -22,42 +23,46 @@ from test_quantize_ops import batches, one_layer, quantize
 
 FORMATS = ("float8_e4m3fn", "float8_e5m2")
 # (mantissa bits, smallest normal exponent) of each format, from its definition
-DEFINITION = {"float8_e4m3fn": (3, -6), "float8_e5m2": (2, -14)}
+DEFINITION = {"float8_e4m3fn": (3, -6), "float8_e5m2": (2, -14), "float4_e2m1fn": (1, 0)}
 
 
 def nearest_by_definition(x: np.ndarray, name: str) -> np.ndarray:
     """The nearest value of the format (half to even), saturated: its grid spacing at x's
     binade, 2^(exponent - mantissa bits), the subnormals' below the smallest normal."""
     mantissa, smallest = DEFINITION[name]
-    largest = fp8.FORMATS[name].largest
+    largest = minifloat.FORMATS[name].largest
     v = np.clip(x.astype(np.float64), -largest, largest)
     exponent = np.floor(np.log2(np.maximum(np.abs(v), 2.0 ** smallest)))
     step = 2.0 ** (exponent - mantissa)
     return np.clip(np.round(v / step) * step, -largest, largest)
 
 
-@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("name", FORMATS + ("float4_e2m1fn",))
 def test_rounding_is_to_the_nearest_value_of_the_format(name):
-    values = bytes_to_tensor(np.arange(256, dtype=np.uint8), Dtype(name), (256,)).numpy()
+    codes = 16 if name.startswith("float4") else 256
+    values = bytes_to_tensor(np.arange(codes, dtype=np.uint8), Dtype(name), (codes,)).numpy()
     values = np.unique(values[np.isfinite(values)])
     midpoints = (values[1:] + values[:-1]) / 2
     rng = np.random.default_rng(0)
     x = np.concatenate([values, midpoints, rng.standard_normal(20000) * values.max() / 3,
                         rng.standard_normal(2000) * 2.0 ** -8, [values.max() * 1.5, -1e9]]).astype(np.float32)
     want = nearest_by_definition(x, name)
-    assert np.array_equal(fp8.round_to(torch.from_numpy(x), name).numpy(), want)
-    assert np.array_equal(run_fp8.round_to(x, name), want)            # npuopt-run's own, in NumPy
-    assert fp8.round_to(torch.tensor([float("nan")]), name).item() == 0.0
+    assert np.array_equal(minifloat.round_to(torch.from_numpy(x), name).numpy(), want)
+    assert np.array_equal(run_minifloat.round_to(x, name), want)            # npuopt-run's own, in NumPy
+    assert minifloat.round_to(torch.tensor([float("nan")]), name).item() == 0.0
 
 
-@pytest.mark.parametrize("name", FORMATS)
-def test_the_bytes_read_as_the_format_defines_them(name):
-    raw = np.arange(256, dtype=np.uint8)
-    ours = bytes_to_tensor(raw, Dtype(name), (256,)).numpy()
-    theirs = run_fp8.decode(raw, name)
+@pytest.mark.parametrize("name", FORMATS + ("float4_e2m1fn",))
+def test_the_bytes_read_as_the_format_defines_them_and_write_back(name):
+    codes = 16 if name.startswith("float4") else 256
+    raw = np.arange(codes, dtype=np.uint8)
+    ours = bytes_to_tensor(raw, Dtype(name), (codes,)).numpy()
+    theirs = run_minifloat.decode(raw, name)
     assert np.array_equal(np.isnan(ours), np.isnan(theirs))
     assert np.array_equal(ours[~np.isnan(ours)], theirs[~np.isnan(theirs)])
-    assert ours[0x7E] == fp8.FORMATS[name].largest or ours[0x7B] == fp8.FORMATS[name].largest
+    assert np.nanmax(ours[np.isfinite(ours)]) == minifloat.FORMATS[name].largest
+    finite = np.isfinite(ours)
+    assert tensor_to_bytes(torch.from_numpy(ours[finite]), Dtype(name)) == raw[finite].tobytes()
 
 
 def layers():
@@ -124,15 +129,16 @@ def test_fp8_layers_compute_as_the_tool_chain_and_read_back_alike(tmp_path, inde
         assert np.array_equal(ran, got.numpy())
 
 
-def test_int4_weights_with_fp8_activations(tmp_path):
-    """w4afp8e4m3: a FullyConnected layer's weights are 4-bit integers (zero points folded
-    into the sums), its activations fp8."""
+@pytest.mark.parametrize("weight_type, dtype", [("int", Dtype.INT4), ("float4_e2m1fn", Dtype.FP4_E2M1FN)])
+def test_4_bit_weights_with_fp8_activations(tmp_path, weight_type, dtype):
+    """w4afp8e4m3 / wfp4afp8e4m3: a FullyConnected layer's weights are 4-bit integers (zero
+    points folded into the sums) or float4_e2m1fn values, its activations fp8."""
     kind, graph, shapes = layers()[2]
     data = batches(*shapes)
-    qg = quantize(graph, data, activation_type="float8_e4m3fn", weight_bits=4,
+    qg = quantize(graph, data, activation_type="float8_e4m3fn", weight_bits=4, weight_type=weight_type,
                   quantize_method_for_weight="per_channel_asymmetric")
     w = qg.node("op").constants["weights"]
-    assert w.dtype is Dtype.INT4 and qg.output_tensors[0].dtype is Dtype.FP8_E4M3FN
+    assert w.dtype is dtype and qg.output_tensors[0].dtype is Dtype.FP8_E4M3FN
     x = data[-1][0]
     got = qg.forward([x])[0]
     path = tmp_path / "q_o.txt"
@@ -141,18 +147,20 @@ def test_int4_weights_with_fp8_activations(tmp_path):
     assert np.array_equal(npuopt_run_outputs(path, x.numpy(), tmp_path)[qg.output_tensors[0].name], got.numpy())
 
 
+@pytest.mark.parametrize("mode, dtype", [("float16_act_fp8e4m3fn_wht", Dtype.FP8_E4M3FN),
+                                         ("float16_act_fp4e2m1fn_wht", Dtype.FP4_E2M1FN)])
 @pytest.mark.parametrize("method, block", [("per_channel_symmetric_restricted_range", 256),
                                            ("per_block_symmetric_restricted_range", 8)])
-def test_fp8_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, method, block):
-    """float16_act_fp8e4m3fn_wht: the layer stays float (float16), its weights stored in
-    float8_e4m3fn with weights_scale per channel or per block, dequantized by its forward."""
+def test_minifloat_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, method, block, mode, dtype):
+    """float16_act_fp8e4m3fn_wht / float16_act_fp4e2m1fn_wht: the layer stays float
+    (float16), its weights stored in float8_e4m3fn / float4_e2m1fn with weights_scale per
+    channel or per block, dequantized by its forward."""
     kind, graph, shapes = layers()[2]
     data = batches(*shapes)
-    qg = quantize(graph, data, trigger_float_op="float16_act_fp8e4m3fn_wht", quantize_method_for_weight=method,
-                  weight_block_size=block)
+    qg = quantize(graph, data, trigger_float_op=mode, quantize_method_for_weight=method, weight_block_size=block)
     node = qg.node("op")
     c = node.constants["weights"]
-    assert not node.quantized and c.dtype is Dtype.FP8_E4M3FN and c.scale.numel() == 5 * (-(-20 // block))
+    assert not node.quantized and c.dtype is dtype and c.scale.numel() == 5 * (-(-20 // block))
     x = data[-1][0]
     got = qg.forward([x])[0].clone()
     fl = graph.node("op").constants["weights"]
@@ -162,7 +170,7 @@ def test_fp8_weight_only_layers_compute_with_their_dequantized_weights(tmp_path,
     assert torch.equal(got, want)
     path = tmp_path / "q_o.txt"
     write_graph(qg, str(path))
-    assert "weights_type=float8_e4m3fn" in path.read_text()
+    assert f"weights_type={dtype.value}" in path.read_text()
     assert torch.equal(read_graph(str(path)).forward([x])[0], got)
     ran = npuopt_run_outputs(path, x.numpy(), tmp_path)[qg.output_tensors[0].name]
     np.testing.assert_allclose(ran, got.numpy(), rtol=2 ** -10, atol=1e-5 * float(got.abs().max()))
@@ -223,3 +231,75 @@ def test_a_number_type_outside_the_list_stops_with_one_line(tmp_path):
     from npuopt.errors import ConfigError
     with pytest.raises(ConfigError, match=r"activation_type 'float8_e3m4' is not one of int, float8_e4m3fn, "):
         QuantSettings(activation_type="float8_e3m4")
+    with pytest.raises(ConfigError, match=r"activation_type 'float4_e2m1fn' is not one of int, float8_e4m3fn, "
+                                          r"float8_e5m2$"):
+        QuantSettings(activation_type="float4_e2m1fn")
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float4_e2m1fn"])
+def test_gptq_rounds_onto_a_minifloat_grid_with_less_error_than_nearest(name):
+    """GPTQ's column-by-column rounding with a minifloat grid's rounding (WeightGrid.to_grid):
+    its values are the format's, and the output error is below nearest rounding's (about
+    half, on correlated inputs)."""
+    from npuopt.quant.global_calibration.gptq import round_columns
+    from npuopt.quant.tensors import WeightGrid
+    torch.manual_seed(0)
+    rows, k = 16, 64
+    x = torch.randn(512, k) @ (torch.eye(k) + 0.3 * torch.randn(k, k))
+    h = (x.T @ x / 512).unsqueeze(0)
+    w = torch.randn(1, rows, k) * 0.05
+    largest = minifloat.FORMATS[name].largest
+    scale = minifloat.scale_of(float(w.abs().max()), name)
+    grid = WeightGrid(scale, 0, -largest, largest, 8, 0, w.shape, None, name)
+
+    class Problem:
+        weights, H, low_rank, C, damp, zp = w, h, None, w @ h, torch.full((1, 1, 1), 1e-3), 0
+
+        @staticmethod
+        def input_power():
+            return h.diagonal(dim1=1, dim2=2)
+
+    Problem.scale, Problem.to_grid = scale, staticmethod(grid.to_grid)
+    q = round_columns(Problem, act_order=True, block=16)
+
+    def error(v):
+        d = v / scale - w
+        return float((d @ h * d).sum())
+    assert torch.equal(minifloat.round_to(q, name), q)
+    assert error(q) < 0.6 * error(grid.to_grid(w * scale))
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("fields, floor", [
+    (dict(quant_type="wfp8afp8"), 0.9985),                      # 0.99899 when written (8-bit: 0.99924)
+    (dict(quant_type="wfp8e5m2afp8e5m2"), 0.9975),              # 0.99809
+    (dict(quant_type="wfp4", quantize_method_for_weight="per_block_symmetric_restricted_range",
+          weight_block_size=32), 0.998),                        # 0.99874 with the default GPTQ (nearest: 0.99735)
+    (dict(quant_type="wfp4afp8e4m3", quantize_method_for_weight="per_channel_symmetric_restricted_range"), 0.997),
+], ids=["e4m3", "e5m2", "fp4_weight_only", "fp4_weights_fp8_activations"])
+def test_transformer_encoder_fp8(tmp_path, fields, floor):
+    """The parser's transformer_encoder under the fp8/fp4 quant_types: output cosine to
+    float over 16 samples it was not calibrated on (README, "Number formats")."""
+    from conftest import SHARED_DATA, run_in_process, write_cfg
+    folder = SHARED_DATA / "parser_irs" / "transformer_encoder"
+    if not folder.is_dir():
+        pytest.skip(f"parser IR absent: {folder}")
+    ref = np.load(folder / "ref_input.npy")
+    rng = np.random.default_rng(0)
+    calib, val = (rng.standard_normal((n,) + ref.shape[1:]).astype(np.float32) * ref.std() for n in (64, 16))
+    np.save(tmp_path / "calib.npy", calib)
+    cfg = write_cfg(tmp_path / "opt.cfg", graph=folder / "transformer_encoder.txt", model_name="enc",
+                    output_dir=tmp_path / "out", dataset="NumpyDataset", calibration_data=tmp_path / "calib.npy",
+                    calibration_batch_size=16, device="cpu", **fields)
+    result = run_in_process("--cfg", cfg)
+    assert result.exit_code == 0, result.output[-2000:]
+    float_graph = read_graph(str(folder / "transformer_encoder.txt"))
+    quantized = read_graph(str(tmp_path / "out" / "enc_o.txt"))
+    out = quantized.output_tensors[0]
+    want = np.concatenate([float_graph.forward([torch.from_numpy(x[None])])[0].numpy().ravel() for x in val])
+    got = np.concatenate([quantized.forward([torch.from_numpy(x[None])])[0].numpy().ravel()
+                          for x in val]).astype(np.float64)
+    if out.is_quantized:
+        got = (got + float(out.zerop)) / float(out.scale)
+    cosine = float(want @ got / np.linalg.norm(want) / np.linalg.norm(got))
+    assert cosine >= floor, cosine

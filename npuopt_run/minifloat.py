@@ -1,13 +1,14 @@
-"""The scaled fp8 formats of a quantized IR (float8_e4m3fn, float8_e5m2), written from
-their definition (sign, exponent, mantissa), in NumPy: a top in such a format holds
-real * layer_top_scale rounded to the nearest value of the format (half to even),
-saturated at its largest finite value; a rescale multiplies in float64 and rounds
+"""The scaled minifloat formats of a quantized IR (float8_e4m3fn, float8_e5m2; float4_e2m1fn
+weights), written from their definition (sign, exponent, mantissa), in NumPy: a tensor in
+such a format holds real * its scale rounded to the nearest value of the format (half to
+even), saturated at its largest finite value; a rescale multiplies in float64 and rounds
 through float32 (docs/integer-semantics.md, "fp8 layers")."""
 import numpy as np
 
 # name: (exponent bits, mantissa bits, exponent bias, largest finite value); e4m3fn has no
-# infinities (its all-ones pattern is NaN), e5m2 has IEEE infinities and NaNs
-FORMATS = {"float8_e4m3fn": (4, 3, 7, 448.0), "float8_e5m2": (5, 2, 15, 57344.0)}
+# infinities (its all-ones pattern is NaN), e5m2 has IEEE infinities and NaNs, e2m1fn
+# neither (one byte per value in the .bin, the sign in bit 3)
+FORMATS = {"float8_e4m3fn": (4, 3, 7, 448.0), "float8_e5m2": (5, 2, 15, 57344.0), "float4_e2m1fn": (2, 1, 1, 6.0)}
 
 
 def decode(raw: np.ndarray, name: str) -> np.ndarray:
@@ -20,9 +21,9 @@ def decode(raw: np.ndarray, name: str) -> np.ndarray:
     top = exponent == (1 << e_bits) - 1
     if name == "float8_e5m2":
         value = np.where(top, np.where(mantissa == 0, np.inf, np.nan), value)
-    else:
+    elif name == "float8_e4m3fn":
         value = np.where(top & (mantissa == (1 << m_bits) - 1), np.nan, value)
-    return np.where(b >> 7 == 1, -value, value).astype(np.float32)
+    return np.where((b >> (e_bits + m_bits)) & 1 == 1, -value, value).astype(np.float32)
 
 
 def round_to(x: np.ndarray, name: str) -> np.ndarray:

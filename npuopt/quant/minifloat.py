@@ -1,34 +1,41 @@
-"""Scaled 8-bit float formats, the tool chain's fp8 quantization (quant_type wfp8afp8,
-wfp8e4m3afp8e4m3, wfp8e5m2afp8e5m2): a tensor holds real * scale rounded to the nearest
-float8_e4m3fn or float8_e5m2 value (half to even), saturated at the format's largest
-finite value; scale = largest / (absmax + 1e-5) in float32, zero point 0.
+"""Scaled minifloat formats, the tool chain's fp8 and fp4 quantization (quant_type
+wfp8afp8, wfp8e4m3afp8e4m3, wfp8e5m2afp8e5m2; fp4 weights): a tensor holds real * scale
+rounded to the nearest float8_e4m3fn, float8_e5m2 or float4_e2m1fn value (half to even),
+saturated at the format's largest finite value; scale = largest / (absmax + 1e-5) in
+float32, zero point 0.
 
 A rescale (fp8 layers' `scale_value`/`scale`, float32) multiplies in float64 and rounds
 through float32 to the format, as the tool chain's requantize does (its rounding
-converts to float32 first). NaN becomes 0, as there."""
+converts to float32 first). NaN becomes 0, as there. The tool chain's own fp4 rounding
+sends the ties 0.75 and 5 up and down against half to even; npuopt rounds half to even
+(the stored values are what every reader computes with)."""
 from typing import NamedTuple
 
 import torch
 
 
-class Fp8Format(NamedTuple):
+class Minifloat(NamedTuple):
     name: str
-    torch_dtype: torch.dtype
+    mantissa_bits: int
+    smallest_exponent: int   # of the normal values; subnormals below it share its step
     largest: float
 
 
-FORMATS = {f.name: f for f in (Fp8Format("float8_e4m3fn", torch.float8_e4m3fn, 448.0),
-                                Fp8Format("float8_e5m2", torch.float8_e5m2, 57344.0))}
+FORMATS = {f.name: f for f in (Minifloat("float8_e4m3fn", 3, -6, 448.0), Minifloat("float8_e5m2", 2, -14, 57344.0),
+                                Minifloat("float4_e2m1fn", 1, 0, 6.0))}
 # the tool chain's epsilon added to a range before its scale is taken
 RANGE_EPSILON = 1e-5
 
 
 def round_to(x: torch.Tensor, name: str) -> torch.Tensor:
     """x rounded through float32 to the nearest value of format `name` (half to even,
-    subnormals included), saturated at +-largest, NaN as 0; float32 holding those values."""
+    subnormals included), saturated at +-largest, NaN as 0; float32 holding those values:
+    the format's step at a value's binade is 2^(exponent - mantissa bits)."""
     fmt = FORMATS[name]
-    v = torch.nan_to_num(x.to(torch.float32), nan=0.0).clamp_(-fmt.largest, fmt.largest)
-    return v.to(fmt.torch_dtype).to(torch.float32)
+    v = torch.nan_to_num(x.to(torch.float32), nan=0.0).clamp_(-fmt.largest, fmt.largest).to(torch.float64)
+    _, e = torch.frexp(v)  # v = f * 2^e, 0.5 <= |f| < 1: the binade's exponent is e - 1
+    step = torch.exp2((e - 1).clamp_(min=fmt.smallest_exponent).to(torch.float64) - fmt.mantissa_bits)
+    return torch.round(v / step).mul_(step).clamp_(-fmt.largest, fmt.largest).to(torch.float32)
 
 
 def scale_of(absmax, name: str):
