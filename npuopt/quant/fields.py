@@ -287,7 +287,7 @@ def constant_quant_fields(node):
             continue
         if isinstance(c.scale, torch.Tensor) and c.scale.numel() > 1:
             constants[f"{key}_scale"] = (c.scale.to(torch.float32), Dtype.FP32)
-            zp = torch.as_tensor(c.zerop).reshape(-1).expand(c.scale.numel())
+            zp = torch.as_tensor(c.zerop).reshape(-1)
             if c.dtype.is_minifloat:  # the tool chain's library wants fp8 weights' zero points in their type
                 constants[f"{key}_zp"] = (zp.to(torch.float32), c.dtype)
             else:
