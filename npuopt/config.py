@@ -147,7 +147,8 @@ def _strategy_unsupported(s) -> str:
     return ""
 
 
-_STRATEGY_ACCEPTS = (f"{IMPLEMENTED_STRATEGIES} (its automatic form, a > 1, stops with a line: npuopt lacks it)")
+_STRATEGY_ACCEPTS = (f"{IMPLEMENTED_STRATEGIES} (its automatic form, a > 1: npuopt's own search of alpha, see "
+                    f"the README)")
 
 
 def _multiplier_bits(s):
@@ -285,13 +286,6 @@ def _false_or_count(s):
     return v
 
 
-def _not_default(what):
-    """unsupported(): a value other than the default asks for `what`, which npuopt lacks."""
-    def check(value):
-        return f"{what} is not implemented in npuopt yet" if value not in (False, "", [], None, "disable") else ""
-    return check
-
-
 _B = "true or false"
 _FILE_NAME = "a name without '/', '\\' or '..' (outputs stay in output_dir)"
 
@@ -425,30 +419,28 @@ _no_effect("ds_output_shape_constant", "disable", _pattern(r"disable|all|\[[01](
 _no_effect("ds_parameter_constant", "disable", _choice("disable", "default"), "disable or default", _DS, per_layer=True)
 _no_effect("write_similarity_to_ir", "false", _bool, _B, "per-layer similarity goes to the report json, not into the IR")
 _no_effect("record_debug_acc_info", "false", _bool, _B, "per-layer similarity is always in the report json")
-_no_effect("compat_quantized_model_eliminate_cast", "true", _bool, _B, "npuopt reads float IRs only (no quantized-model import)")
+_COMPAT = ("an option of the tool chain's closed quantize_transform library; npuopt's compat_quantized_model "
+           "takes the source model's ranges and quantizes as for any IR")
+_no_effect("compat_quantized_model_eliminate_cast", "true", _bool, _B, _COMPAT)
 _no_effect("compat_quantized_model_strategy", "8bSymWeightUnchange",
            _choice("8bsymweightunchange", "8basymweightto16bsymweight", "sym", "asym", "fasymp", "fsym"),
            "8bSymWeightUnchange, 8bAsymWeightTo16bSymWeight, sym, asym, fasymp, fsym",
-           "npuopt reads float IRs only (no quantized-model import)")
-_no_effect("compat_quantized_model_int8_to_uint8", "false", _bool, _B, "npuopt reads float IRs only (no quantized-model import)")
-_no_effect("compat_quantized_model_ops", "", as_text, "layer types", "npuopt reads float IRs only (no quantized-model import)")
+           _COMPAT)
+_no_effect("compat_quantized_model_int8_to_uint8", "false", _bool, _B, _COMPAT)
+_no_effect("compat_quantized_model_ops", "", as_text, "layer types", _COMPAT)
 _no_effect("compat_quantized_model_unify_shifts_mode", "auto", _choice("max", "mean", "auto", "none", "entropy"),
-           "max, mean, auto, none, entropy", "npuopt reads float IRs only (no quantized-model import)")
+           "max, mean, auto, none, entropy", _COMPAT)
 _no_effect("compat_quantized_model_left_shift_bits", "8", _int_in(2, 15), "an integer from 2 to 15",
-           "npuopt reads float IRs only (no quantized-model import)")
+           _COMPAT)
 _no_effect("compat_quantized_model_simplify_dequantize_quantize", "true", _bool, _B,
-           "npuopt reads float IRs only (no quantized-model import)")
+           _COMPAT)
 _no_effect("compat_quantized_model_force_weight_asym", "false", _bool, _B,
-           "npuopt reads float IRs only (no quantized-model import)")
+           _COMPAT)
 _no_effect("activation_block_size", "256", _int_in(1, 1 << 20), "an integer >= 1",
            "the tool chain quantizes activations per tensor or per channel, not per block", per_layer=True)
 
 
 # ---- OPT's fields whose non-default values npuopt does not implement yet -------------------
-def _not_yet(name, default, parse, accepts, help, what, per_layer=False):
-    register_field(name, default, parse, help, accepts, unsupported=_not_default(what), per_layer=per_layer)
-
-
 register_field("qconfig", "", as_text, "a QConfig plugin (PluginType.QConfig, the tool chain's per-model "
                "quantization scripts) run once the layers' settings are resolved: the layer attrs it sets "
                "(trigger_float_op, q_bits_*, q_mode_*, q_strategy_*, ...) become their settings",
@@ -509,7 +501,9 @@ register_field("modify_batch_dim", "false", _false_or_count, "the written IR's b
 register_field("export_parallel_batch", "false", _false_or_count, "the written IR runs this many batches side by "
                "side: each input split along the batch axis, a copy of the layers per part, the outputs concatenated "
                "(as the tool chain writes it); false: one", "false or an integer >= 1")
-_not_yet("compat_quantized_model", "false", _bool, _B, "import an already quantized model",
-         "compat_quantized_model (npuopt reads float IRs only)")
+register_field("compat_quantized_model", "false", _bool, "the IR is the parser's of an already quantized model: "
+               "activations take the ranges its layer_top_range, or its layer_top_scale/zp on the 8-bit grid, give "
+               "(calibration strategy in_ir where the IR has them; the tool chain's own import runs a closed library)",
+               _B)
 _no_effect("enable_ds", "false", _bool, _B, _DS + " (the tool chain's 4.2 writes no IR field for it either)",
            per_layer=True)

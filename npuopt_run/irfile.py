@@ -45,8 +45,9 @@ class DType:
 def _dtypes() -> Dict[str, DType]:
     table = [("float32", "<f4", 32, False, True), ("float16", "<f2", 16, False, True),
              ("bfloat16", "<u2", 16, False, True), ("float64", "<f8", 64, False, True),
-             ("bool", "u1", 8, False, False)] + [(name, "u1", bits, False, True) for name, bits in
-                                                        (("float8_e4m3fn", 8), ("float8_e5m2", 8), ("float4_e2m1fn", 4))]
+             ("bool", "u1", 8, False, False)]
+    table += [(name, "u1", bits, False, True) for name, bits in  # minifloats: one byte per value
+              (("float8_e4m3fn", 8), ("float8_e5m2", 8), ("float4_e2m1fn", 4))]
     for name, bits, storage in (("aligned_int4", 4, "1"), ("int8", 8, "1"), ("aligned_int12", 12, "2"),
                                 ("int16", 16, "2"), ("int32", 32, "4"), ("int64", 64, "8")):
         # the aligned types take a whole byte (int4) or two (int12) per element in the .bin

@@ -66,8 +66,8 @@ _DESCRIPTIVE_CONSTANTS = ("weights_scale", "biases_scale")
 def computes_in_integers(layer: Layer, infos: Dict[str, TensorInfo]) -> bool:
     """Whether a layer runs its integer forward, as the tool chain decides it on a quantized
     IR: Quantize does; `unquantifiable=true` layers do not; fp8 layers (an fp8 tensor enters
-    or leaves them) do; any other layer does unless a float tensor (16 bits or more) enters or leaves it or is one of its constants (a
-    lookup table's layer aside)."""
+    or leaves them) do; any other layer does unless a float tensor (16 bits or more) enters
+    or leaves it or is one of its constants (a lookup table's layer aside)."""
     if layer.type == "Quantize":
         return True
     if layer.param("unquantifiable", False) is True:

@@ -120,8 +120,8 @@ def test_gptq_rounds_as_the_paper_s_column_by_column_algorithm(groups, rows, k, 
                  torch.randint(-3, 4, (groups, rows, 1), generator=gen).float()) if per_row else (9.0, 0.0)
     forms = [(h, None)] + ([(None, low)] if 2 * patches < k else [])
     for dense, factor in forms:
-        problem = _layers.Problem(None, w, dense, factor, c, damp, scale, zp, WeightGrid(scale, zp, -7, 7, 4, 0, w.shape),
-                                  None, None)
+        grid = WeightGrid(scale, zp, -7, 7, 4, 0, w.shape)
+        problem = _layers.Problem(None, w, dense, factor, c, damp, scale, zp, grid, None, None)
         for act_order in (True, False):
             want = textbook_gptq(problem, act_order)
             for block in (1, 8, 128):

@@ -149,8 +149,6 @@ def test_unknown_field_names_the_closest(tmp_path):
 @pytest.mark.parametrize("field, value, said", [
     ("global_calibration", "svd_quantt[1,2,3][Convolution] & adaround", "no global calibration method 'svd_quantt'"),
     ("mixed_precision_auto_search", "1,0.02,L", "mixed precision auto search is not implemented"),
-    ("calibration_strategy_for_weight", "weighted_scale_param[2,0.2,0.3,0.4]", "automatic form (first param above 1) "
-                                                                                "is not implemented"),
 ])
 def test_what_npuopt_lacks_stops_with_one_line(tmp_path, field, value, said):
     with pytest.raises(ConfigError) as info:
@@ -473,13 +471,15 @@ def test_a_qconfig_plugin_sets_the_layers_settings(tmp_path):
 
 def test_the_compass_optimizers_values_run_together(tmp_path):
     """Issue 24, acceptance 3: non-default values of the fields that stopped before run in
-    one cfg (what each does is tested beside it); only mixed_precision_auto_search, the
-    automatic weighted_scale_param and compat_quantized_model still stop."""
+    one cfg (what each does is tested beside it); only mixed_precision_auto_search and
+    compat_quantized_model still stop."""
     cfg_reader._current = None
     report = OptMaster(tiny(tmp_path, force_shift_positive="true", unify_scales_for_kvc_concat="true",
                             ignore_missing_statistic="true", bias_effective_bits="24",
                             bias_effective_bits_auto_adaption="true", fake_quant_operators_for_debug="Pooling",
-                            modify_batch_dim="2", calibration_strategy_for_activation="10kld & <[Pooling]:in_ir>",
+                            modify_batch_dim="2", quant_type="wfp8afp8",
+                            calibration_strategy_for_activation="10kld & <[Pooling]:in_ir> "
+                                                                "<[FullyConnected]:weighted_scale_param[2,0.2,0.3,0.4]>",
                             calibration_strategy_for_weight="1.5aciq_gauss & <[Convolution]:extrema>",
                             activation_perchannel_min_elements="4", regularize_activation_perchannel_scales="enable",
                             enable_ds="true", quantize_method_for_weight="per_block_asymmetric",
@@ -488,3 +488,20 @@ def test_the_compass_optimizers_values_run_together(tmp_path):
     assert report["metrics"]["quant"]["TopKMetric"] > 0.5
     layers = ir_layers(tmp_path / "out" / "tiny_cnn_o.txt")
     assert layers["conv1"]["weight_block_size"] == "16" and layers["conv1"]["layer_top_type"] == "[float16]"
+
+
+def test_compat_quantized_model_takes_the_source_models_ranges(tmp_path):
+    """compat_quantized_model = true on a parser IR of a quantized model (its header says
+    compat_quantized_model=true, its tops carry layer_top_scale/zp): those tops are
+    quantized on the grid the source's scale and zero point give (asymmetric 8-bit: the same
+    scale); the others are calibrated."""
+    text = (EXAMPLE / "tiny_cnn.txt").read_text().replace("output_tensors=[prob]\n",
+                                                            "output_tensors=[prob]\ncompat_quantized_model=true\n", 1)
+    text = text.replace("layer_top=[conv1]\n", "layer_top=[conv1]\nlayer_top_scale=[25.5]\nlayer_top_zp=[-20]\n", 1)
+    (tmp_path / "src.txt").write_text(text)
+    cfg = tiny(tmp_path, graph=tmp_path / "src.txt", compat_quantized_model="true", global_calibration="none",
+               quantize_method_for_activation="per_tensor_asymmetric")
+    OptMaster(cfg).run()
+    layers = ir_layers(tmp_path / "out" / "tiny_cnn_o.txt")
+    assert float(layers["conv1"]["layer_top_scale"].strip("[]")) == pytest.approx(25.5, rel=1e-6)
+    assert int(layers["conv1"]["layer_top_zp"].strip("[]")) == -20   # the range [-148, 107] / 25.5 on int8

@@ -176,3 +176,25 @@ def test_weighted_scale_param_weights_the_two_sides_scales():
     assert hi == pytest.approx(255 / scale) and lo == -hi
     lo, hi = calibrate_range(stats_of(-x), "weighted_scale_param[0.25,0.5,0.75,0.01]", 8)   # std 0.5 > 0.01: b
     assert hi == pytest.approx(255 / (0.5 * 255 / neg + 0.5 * 255 / pos))
+
+
+def test_weighted_scale_params_automatic_form_takes_the_alpha_that_loses_least():
+    """weighted_scale_param with a > 1 (the tool chain's automatic form): npuopt searches
+    alpha in [0, 1] per tensor for the grid of least error over the histogram. Against a
+    brute-force NumPy reference of the same search, on a skewed sample (the range lies
+    between its two sides' extents)."""
+    x = np.concatenate([samples("gaussian") * 0.5, [4.0, -1.5]])
+    stats = stats_of(x)
+    lo, hi = calibrate_range(stats, "weighted_scale_param[2,0.2,0.3,0.4]", 8)
+    pos, neg = float(stats.running_max), -float(stats.running_min)
+    centres, hist = stats.bin_centres().numpy(), stats.hist.numpy()
+    best = None
+    for alpha in np.linspace(0, 1, 101):
+        extent = 255 / (alpha * 255 / pos + (1 - alpha) * 255 / neg)
+        step = 2 * extent / 255
+        xq = np.floor((np.clip(centres, -extent, extent) + extent) / step + 0.5) * step - extent
+        err = float((((xq - centres) ** 2) * hist).sum())
+        if best is None or err < best[0]:
+            best = (err, extent)
+    assert hi == pytest.approx(best[1]) and lo == -hi
+    assert min(neg, pos) <= hi <= max(neg, pos)

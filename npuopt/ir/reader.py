@@ -250,8 +250,6 @@ def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
             if not check(entry):
                 raise IRError(f"{_at(block, key, path, node.name)}: '{key}' entry '{entry}' is not {expected}")
     node.attrs["ir_top_fields"] = values  # written back as they were when the IR stays float
-    for t, (lo, hi) in zip(node.outputs, values.get("layer_top_range", [])):
-        t.ir_range = (float(lo), float(hi))   # what the in_ir strategy takes
     fields.read_top_fields(node, values)
 
 
@@ -261,8 +259,8 @@ def _is_quantized_ir(header, graph) -> bool:
     its weights' (weight-only quantization: weights_scale)."""
     if "compat_quantized_model" in header:
         return False
-    return any(any(t.dtype.is_quantized for t in node.outputs) and "layer_top_scale" in node.attrs.get("ir_top_fields", {})
-               or "weights_scale" in node.constants or "weights_scale" in node.params for node in graph.nodes)
+    return any(any(t.dtype.is_quantized for t in n.outputs) and "layer_top_scale" in n.attrs.get("ir_top_fields", {})
+               or "weights_scale" in n.constants or "weights_scale" in n.params for n in graph.nodes)
 
 
 def _deduce_quantized(node: PyNode) -> None:

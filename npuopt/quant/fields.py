@@ -260,7 +260,13 @@ def _float32(v) -> float:
 
 
 def read_top_fields(node, values: dict) -> None:
-    """Tensor quantization from parsed layer_top_* lists (validated by the reader)."""
+    """Tensor quantization from parsed layer_top_* lists (validated by the reader), and
+    `ir_range`, what the in_ir strategy takes: the range, or the one a scale and zero
+    point give on the 8-bit grid (a parser IR of a quantized model states those)."""
+    ranges = values.get("layer_top_range") or [((zp - 128) / s, (zp + 127) / s) if s > 0 else None for s, zp in
+                                               zip(values.get("layer_top_scale", []), values.get("layer_top_zp", []))]
+    for t, r in zip(node.outputs, ranges):
+        t.ir_range = (float(r[0]), float(r[1])) if r else None
     for i, t in enumerate(node.outputs):
         if "layer_top_scale" in values:
             t.scale = _float32(values["layer_top_scale"][i])

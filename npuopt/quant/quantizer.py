@@ -23,7 +23,10 @@ def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
     for node in graph.nodes:
         if settings[node.name].trigger_float_op:
             out.add(node.name)
-            if settings[node.name].weight_only and "weights" in node.constants and node.type not in WEIGHT_ONLY_TYPES:
+            constant_operand = node.type == OpType.MatMul and any(p.type == OpType.Constant
+                                                                  for p in graph.predecessors(node))
+            if settings[node.name].weight_only and node.type not in WEIGHT_ONLY_TYPES and \
+                    ("weights" in node.constants or constant_operand):
                 weighted.add(node.type)
         elif OP_QUANTIZERS.get(node.type) is None:
             OPT_WARN(f"layer '{node.name}': layer type '{node.type}' has no quantize function; "

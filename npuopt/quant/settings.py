@@ -23,6 +23,7 @@ TEMPLATE_IGNORED_KEYS = ("layer_type",)
 NUMBER_TYPES = ("int",) + tuple(MINIFLOAT_FORMATS)
 ACTIVATION_TYPES = tuple(t for t in NUMBER_TYPES if not t.startswith("float4"))  # fp4: weights only
 OUTPUT_STRATEGY = check_strategy("extrema")  # for layers writing a graph output, unless opt_config says otherwise
+IR_STRATEGY = check_strategy("in_ir")         # compat_quantized_model: the ranges the IR states
 
 
 # cfg fields the Compass Optimizer copies onto every layer as attrs, where npuopt has no
@@ -145,6 +146,11 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
     if unshifted:
         OPT_INFO(f"remain_shift: {', '.join(unshifted)} layers are quantized without the ahead shift (npuopt shifts "
                  "Convolution, DepthwiseConv, Convolution3D and FullyConnected ahead)")
+    if getattr(cfg, "compat_quantized_model", False):
+        tops = [t for n in graph.nodes for t in n.outputs]
+        OPT_INFO(f"compat_quantized_model: activations take the ranges the IR states (layer_top_range, or "
+                 f"layer_top_scale/zp on the 8-bit grid) for {sum(t.ir_range is not None for t in tops)} of "
+                 f"{len(tops)} tensors, the others their calibrated extrema")
     modes = cfg.per_layer.get("trigger_float_op")
     if modes is not None and any(m != "disable" for m in modes.values()):
         OPT_INFO("trigger_float_op: layers in a float mode are kept in float: computed in float32, their tops "
@@ -172,6 +178,8 @@ def layer_values(cfg, graph) -> Dict[str, dict]:
     float_ops = {s.lower() for s in (cfg.trigger_float_op or [])}
     names = [n for n in QuantSettings.names() if n != "trigger_float_op"]
     base = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
+    if getattr(cfg, "compat_quantized_model", False):  # the source model's ranges, where the IR states them
+        base["calibration_strategy_for_activation"] = IR_STRATEGY
     opt_config = read_opt_config(cfg.opt_config, graph) if cfg.opt_config else {}
     graph_outputs = {t.name for t in graph.output_tensors}
 
@@ -199,7 +207,8 @@ def _read_as_integers(graph, values, graph_outputs, opt_config) -> list:
     for node in reversed(graph.nodes):
         v = values[node.name]
         if node.type not in FLEXIBLE_TYPES or v.get("activation_type", "int") == "int" or \
-                "activation_type" in opt_config.get(node.name, {}) or any(t.name in graph_outputs for t in node.outputs):
+                "activation_type" in opt_config.get(node.name, {}) or \
+                any(t.name in graph_outputs for t in node.outputs):
             continue
         if any(values[r.name].get("activation_type", "int") == "int" for r in graph.successors(node)):
             v["activation_type"] = "int"   # for the layers before it; its values are made anew
@@ -211,7 +220,7 @@ def _layer_values(cfg, node, float_ops, graph_outputs, integer: bool = False) ->
     """What the cfg says of this layer beyond its plain values (later keys win); `integer`:
     an fp8 quant_type's integer settings (_read_as_integers)."""
     values = {"trigger_float_op": node.name.lower() in float_ops or node.type.lower() in float_ops}
-    if any(t.name in graph_outputs for t in node.outputs):
+    if any(t.name in graph_outputs for t in node.outputs) and not getattr(cfg, "compat_quantized_model", False):
         # a model's outputs are its answer: a clipping strategy that flattens the
         # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
         values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY

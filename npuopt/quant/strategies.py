@@ -57,11 +57,7 @@ def check_strategy(name, where: str = "") -> Strategy:
         return Strategy(s, s)
     m = _WEIGHTED.fullmatch(re.sub(r"\s+", "", s))
     if m:
-        params = tuple(float(v) for v in m.groups())
-        if params[0] > 1:
-            raise ConfigError(f"{where}calibration strategy '{name}': the tool chain's automatic form (first "
-                              f"param above 1) is not implemented in npuopt; give the four params (first <= 1)")
-        return Strategy(s, "weighted_scale_param", None, params)
+        return Strategy(s, "weighted_scale_param", None, tuple(float(v) for v in m.groups()))
     for kind, pattern in _NUMBERED.items():
         m = pattern.fullmatch(s)
         if m:
@@ -289,7 +285,13 @@ def weighted_scale_range(stats: Statistics, bits: int, params: tuple):
     the running minimum's magnitude give alone ((2^bits - 1) / extent), alpha = a where
     the positive side is the larger, else b where the standard deviation exceeds d, else
     c; the range is +-(2^bits - 1) / scale (0 up where nothing is negative). Per-channel
-    statistics keep their running ranges, as there."""
+    statistics keep their running ranges, as there.
+
+    The automatic form (a > 1): the tool chain searches alpha with a heuristic that carries
+    state from tensor to tensor through the run (its results depend on the order tensors
+    are calibrated in) and reads the last batch's values; npuopt takes, per tensor, the
+    alpha in [0, 1] (steps of 0.01) whose grid loses least over the tensor's histogram
+    (rounding plus clipping, as mse_range counts it)."""
     if isinstance(stats.min, torch.Tensor):
         return stats.running_min, stats.running_max
     levels = float((1 << bits) - 1)
@@ -297,6 +299,17 @@ def weighted_scale_range(stats: Statistics, bits: int, params: tuple):
     pos, neg = abs(max(0.0, float(stats.running_max))), abs(min(0.0, float(stats.running_min)))
     s_pos, s_neg = levels / (pos if pos >= tiny else levels), levels / (neg if neg >= tiny else levels)
     a, b, c, d = params
+    signed = float(stats.min) < 0
+    if a > 1:
+        alpha = torch.linspace(0.0, 1.0, 101, dtype=torch.float64)[:, None]
+        extent = levels / (alpha * s_pos + (1 - alpha) * s_neg)                   # [A, 1]
+        lo = -extent if signed else torch.zeros_like(extent)
+        step = (extent - lo).clamp(min=1e-30) / levels
+        x = torch.maximum(torch.minimum(stats.bin_centres()[None, :], extent), lo)
+        err = ((torch.floor((x - lo) / step + 0.5) * step + lo - stats.bin_centres()[None, :]) ** 2 *
+               stats.hist[None, :]).sum(dim=1)
+        best = float(extent[int(torch.argmin(err)), 0])
+        return (-best if signed else 0.0), best
     alpha = a if pos > neg else (b if stats.std > d else c)
     extent = levels / (alpha * s_pos + (1 - alpha) * s_neg)
-    return (-extent if float(stats.min) < 0 else 0.0), extent
+    return (-extent if signed else 0.0), extent

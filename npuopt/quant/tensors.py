@@ -59,8 +59,8 @@ def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, s
         lo, hi = activation_range(node, t, method.symmetric or st.fp8_activations)
     if st.fp8_activations:  # a scaled fp8 format (quant/minifloat.py): symmetric, zero point 0
         fmt = Dtype(st.activation_type)
-        set_quantization(t, minifloat.scale_of(max(abs(float(lo)), abs(float(hi))), fmt.value), 0, fmt.qmin, fmt.qmax, 8,
-                         True)
+        scale = minifloat.scale_of(max(abs(float(lo)), abs(float(hi))), fmt.value)
+        set_quantization(t, scale, 0, fmt.qmin, fmt.qmax, 8, True)
         t.dtype = fmt
         return
     signed = _signed(node, lo, signed)

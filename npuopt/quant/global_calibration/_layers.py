@@ -302,9 +302,9 @@ class LayerData:
     def problems(self, desc: str, free_bias: bool, damp: float, choose_range: bool,
                  minifloat: bool = False) -> Iterator[Problem]:
         """Each layer's Problem (its grid's range chosen first with `choose_range`:
-        Problem.choose_range; minifloat weights too with `minifloat`); when the caller resumes, the range and rounding it planned
-        (and the biases it set) are put into the plan's quantized graph (`replan`) before
-        the layers after it run."""
+        Problem.choose_range; minifloat weights too with `minifloat`); when the caller
+        resumes, the range and rounding it planned (and the biases it set) are put into the
+        plan's quantized graph (`replan`) before the layers after it run."""
         ctx = self.ctx
         streams = Stream(ctx.graph, self.data, one_thread=True), Stream(ctx.plan.realised(), self.data,
                                                                          one_thread=False)

@@ -173,8 +173,8 @@ def _rows(v):
 @global_calibration("gptq_zy", "after_calibration", edits_float=False, data_parallel=True)
 def gptq_zy(ctx, params):
     """GPTQ: column-by-column rounding of Convolution/DepthwiseConv/FullyConnected weights with
-    error feedback, onto integer grids and fp8/fp4 ones alike. On one thread: a factor's and a solve's last bits vary with the thread
-    count, and the integers follow them (issue 13)."""
+    error feedback, onto integer grids and fp8/fp4 ones alike. On one thread: a factor's and a
+    solve's last bits vary with the thread count, and the integers follow them (issue 13)."""
     p = read_params("gptq_zy", params, PARAMS)
     data = LayerData(ctx, p["batches"])
     with one_thread():
