@@ -129,6 +129,32 @@ def test_fp8_layers_compute_as_the_tool_chain_and_read_back_alike(tmp_path, inde
         assert np.array_equal(ran, got.numpy())
 
 
+def test_an_fp8_matmul_with_a_constant_operand(tmp_path):
+    """A MatMul reading a Constant, both fp8: the constant's values are stored in the format
+    (rounded once at its own scale); the IR read back and npuopt-run compute the same."""
+    from npuopt.ir.builder import GraphBuilder
+    torch.manual_seed(2)
+    b = GraphBuilder("t")
+    x = b.input("x", [1, 4, 6])
+    w = b.layer("Constant", "w", [], {}, {"weights": torch.randn(6, 5)})
+    y = b.layer("MatMul", "op", [x] + w, dict(trans_a=False, trans_b=False))
+    graph = b.build(y)
+    data = batches((4, 6))
+    qg = quantize(graph, data, activation_type="float8_e4m3fn", weight_type="float8_e4m3fn")
+    c = qg.node("w")
+    assert c.quantized and c.outputs[0].dtype is Dtype.FP8_E4M3FN
+    stored = c.constants["weights"]
+    assert torch.equal(stored.betensor, minifloat.round_to(graph.node("w").constants["weights"].betensor *
+                                                           c.outputs[0].scale, "float8_e4m3fn"))
+    x0 = data[-1][0]
+    got = qg.forward([x0])[0].clone()
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    assert "weights_type=float8_e4m3fn" in path.read_text()
+    assert torch.equal(read_graph(str(path)).forward([x0])[0], got)
+    assert np.array_equal(npuopt_run_outputs(path, x0.numpy(), tmp_path)[qg.output_tensors[0].name], got.numpy())
+
+
 @pytest.mark.parametrize("weight_type, dtype", [("int", Dtype.INT4), ("float4_e2m1fn", Dtype.FP4_E2M1FN)])
 def test_4_bit_weights_with_fp8_activations(tmp_path, weight_type, dtype):
     """w4afp8e4m3 / wfp4afp8e4m3: a FullyConnected layer's weights are 4-bit integers (zero
