@@ -252,11 +252,6 @@ def _mixed_precision(s):
     return int(m.group(1)), float(m.group(2)), m.group(3).lower() == "l"
 
 
-def _mixed_precision_unsupported(value) -> str:
-    return ("mixed precision auto search is not implemented in npuopt yet; use '0,0.,L' (disabled)"
-            if value[0] > 0 else "")
-
-
 def _trim_infinity(s):
     """'clip(lo,hi)' or 'second(lo,hi)' (bounds may be -inf/inf) -> (mode, lo, hi)."""
     m = re.fullmatch(rf"(clip|second)\(({_R}|-inf),({_R}|\+?inf)\)", re.sub(r"\s+", "", s).lower())
@@ -375,8 +370,10 @@ register_field("global_calibration", "auto", _global_calibration,
                "auto: GPTQ where weights are per tensor or below 8 bits",
                "auto, none, or methods like equalization & adaround[0,500] joined by &", unsupported=unknown_global_calibrations)
 register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,
-               "OPT's automatic 8/16-bit/float choice per layer: parsed, not implemented yet (batches 0: off)",
-               "batches,threshold,L or G (like 1,0.02,L)", unsupported=_mixed_precision_unsupported)
+               "OPT's naive search: scored with the first metric on the first `batches` metric batches, the layers "
+               "from one split on get 16-bit activations/weights, 48-bit biases, 10-bit tables (else float) until the "
+               "drop from float is <= threshold (L) or >= it (G); batches 0: off",
+               "batches,threshold,L or G (like 1,0.02,L)")
 register_field("dump", "false", _bool, "write every tensor of the first batch as .npy into dump_dir", _B)
 register_field("dump_dir", "", as_text, "folder for dumps; default: <output_dir>/dump", "a folder path", is_path=True)
 register_field("device", "auto", _choice("cpu", "cuda", "auto"), "where forwards run: cpu, cuda, or auto (cuda when available)", "cpu, cuda, auto")

@@ -155,3 +155,23 @@ def _comparison(run: _Pass, graphs: Dict[str, object], outputs, report: dict) ->
     for r in rows[:5]:
         OPT_INFO(f"similarity (worst first): layer '{r['layer']}' ({r['type']}): "
                  f"cosine {r['cosine']:.6f}, mse {r['mse']:.6g}")
+
+
+def metric_score(feed, dataset, graph, kind: str, batches: int) -> float:
+    """The first metric's (first) value of `graph` (`kind` "float" or "quant") over the first
+    `batches` batches of the metric data, folded in batch order as evaluate does."""
+    cfg = feed.cfg
+    run = _Pass([(kind, graph)], cfg, len(feed.graph.output_tensors))
+    shard = feed.shard(dataset, cfg.metric_batch_size, "data", limit=batches)
+    mine = iter(shard.read())
+
+    def outputs_of(unit: int) -> tuple:
+        _, batch = next(mine)
+        inputs, labels = feed.split(batch)
+        results, _ = _one_batch(feed, [(kind, graph)], inputs, None)
+        return results, labels, int(inputs[0].shape[0])
+
+    for results, labels, samples in feed.ranks.in_order(len(shard), outputs_of):
+        _fold(cfg, run, results, labels, samples)
+    spec, m = run.metrics[kind][0]
+    return float(np.atleast_1d(metric_value(spec, m))[0])

@@ -1,15 +1,11 @@
-"""OptMaster: the pipeline that `npuopt --cfg` runs (steps of design.md), as a short
-list of named stages; each stage's work lives in its own module.
-
-1 load and check the IR; 2 zero-input forward; 3 stage-1 passes; 4 calibration
-over `calibration_data` (or the `statistic_file`); 5 strategies -> ranges;
-6 quantize layer by layer with per-layer settings (cfg + opt_config), layers
-kept in float behind Quantize/DeQuantize layers; 8 zero-input forward of the
-quantized graph; 9 write <out_ir_name>_o.txt/.bin and <out_ir_name>_opt_template.json;
-10 metrics of the float and the quantized graph, per-layer similarity, report.
-Without `calibration_data` (and no statistic_file to load) only the float
-steps run.
-"""
+"""OptMaster: the pipeline that `npuopt --cfg` runs (steps of design.md), as a short list of
+named stages; each stage's work lives in its own module. 1 load and check the IR; 2 zero-input
+forward; 3 stage-1 passes; 4 calibration over `calibration_data` (or the `statistic_file`); 5
+strategies -> ranges (and the mixed-precision search); 6 quantize layer by layer with per-layer
+settings (cfg + opt_config), layers kept in float behind Quantize/DeQuantize layers; 8 zero-input
+forward of the quantized graph; 9 write <out_ir_name>_o.txt/.bin and _opt_template.json; 10
+metrics of the float and the quantized graph, per-layer similarity, report. Without
+`calibration_data` (and no statistic_file to load) only the float steps run."""
 import copy
 import json
 import os
@@ -25,6 +21,7 @@ from .evaluation import evaluate
 from .feed import Feed
 from .ir import read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
+from .mixed_precision import check_search_data, search_mixed_precision
 from .outputs import RunOutputs, run_inputs, safe_name
 from .passes import run_stage1
 from .plugins import load_plugins
@@ -144,6 +141,7 @@ class OptMaster:
         if self.cfg.dataset:
             set_batch_dims(self.cfg)
         check_calibration_data(self.feed)
+        check_search_data(self.cfg)
         if self.cfg.dataset and self.cfg.data:
             self.metric_dataset = open_metric_data(self.feed)
 
@@ -246,6 +244,7 @@ class OptMaster:
     def after_calibration(self) -> None:
         self.global_calibration("after_calibration")
         unify_scales(self.cfg, self.graph, self.plan)
+        search_mixed_precision(self)
 
     # ---- steps 6-9 ---------------------------------------------------------------
     def quantize(self) -> None:

@@ -35,8 +35,8 @@ LAYERS = [
      "npuopt.quant.unify_scales", "npuopt.quant.global_calibration", "npuopt.quant.plan_report",
      "npuopt.quant.qconfig", "npuopt.data",
      "npuopt.datasets_common"],
-    ["npuopt.ir.builder", "npuopt.feed", "npuopt.data_checks", "npuopt.evaluation", "npuopt.plugins",
-     "npuopt.optmaster", "npuopt.framework", "npuopt.features", "npuopt.utils", "npuopt.compass_ops"],
+    ["npuopt.ir.builder", "npuopt.feed", "npuopt.data_checks", "npuopt.evaluation", "npuopt.mixed_precision",
+     "npuopt.plugins", "npuopt.optmaster", "npuopt.framework", "npuopt.features", "npuopt.utils", "npuopt.compass_ops"],
     ["npuopt.cli", "npuopt.__main__"],
 ]
 

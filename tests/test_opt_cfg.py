@@ -148,7 +148,6 @@ def test_unknown_field_names_the_closest(tmp_path):
 
 @pytest.mark.parametrize("field, value, said", [
     ("global_calibration", "svd_quantt[1,2,3][Convolution] & adaround", "no global calibration method 'svd_quantt'"),
-    ("mixed_precision_auto_search", "1,0.02,L", "mixed precision auto search is not implemented"),
 ])
 def test_what_npuopt_lacks_stops_with_one_line(tmp_path, field, value, said):
     with pytest.raises(ConfigError) as info:
@@ -505,3 +504,35 @@ def test_compat_quantized_model_takes_the_source_models_ranges(tmp_path):
     layers = ir_layers(tmp_path / "out" / "tiny_cnn_o.txt")
     assert float(layers["conv1"]["layer_top_scale"].strip("[]")) == pytest.approx(25.5, rel=1e-6)
     assert int(layers["conv1"]["layer_top_zp"].strip("[]")) == -20   # the range [-148, 107] / 25.5 on int8
+
+
+
+def test_mixed_precision_auto_search_raises_a_tail_as_the_tool_chain_searches(tmp_path):
+    """mixed_precision_auto_search = 1,T,L on tiny_cnn with 4-bit weights (top-1 0.98 on the
+    first batch of 50, float 1.0): with T = 0.05 nothing changes (one evaluation); with T = 0
+    the tool chain's steps (split 13 -> 6 by halving, then 7, 8 forward: 8 fails) raise
+    layers 7 to 12 to 16-bit activations and weights, 48-bit biases, 10-bit tables, in the
+    template and the IR; with T = -0.5 no 16-bit tail gets there and the float search ends
+    with every layer in float."""
+    def run(threshold, out):
+        cfg = tiny(tmp_path, weight_bits="4", global_calibration="none", output_dir=tmp_path / out,
+                   mixed_precision_auto_search=f"1,{threshold},L", metric_batch_size=50)
+        return OptMaster(cfg).run()["mixed_precision_auto_search"]
+    found = run(0.05, "loose")
+    assert (found["evaluations"], found["layers"], found["tail"]) == (1, [], "none")
+    found = run(0.0, "tight")
+    assert (found["split"], found["evaluations"], found["tail"], found["drop"]) == (7, 4, "16-bit", 0.0)
+    template = json.loads((tmp_path / "tight" / "tiny_cnn_opt_template.json").read_text())
+    layers = ir_layers(tmp_path / "tight" / "tiny_cnn_o.txt")
+    for i, name in enumerate(template):
+        raised = name in found["layers"]
+        assert (template[name]["activation_bits"], template[name]["bias_bits"]) == ((16, 48) if raised else (8, 32))
+        if raised and "biases_type" in layers.get(name, {}):
+            assert layers[name]["biases_type"] == "int64"
+    found = run(-0.5, "never")
+    assert (found["tail"], found["split"]) == ("float", 0)
+
+
+def test_mixed_precision_auto_search_needs_the_metric_data(tmp_path):
+    with pytest.raises(ConfigError, match=r"field 'mixed_precision_auto_search': the search scores .* set 'dataset', "):
+        OptMaster(tiny(tmp_path, mixed_precision_auto_search="1,0.01,L", data="", metric="")).run()

@@ -129,6 +129,15 @@ class QuantPlan:
             graph, _ = build_quantized_graph(self.graph, self.settings, self.float_kept | debug)
         return graph.to(self.device)
 
+    def set_values(self, values: Dict[str, dict]) -> None:
+        """Replace the setting values of the named layers (as whole opt_config entries would);
+        the next build() quantizes with them (a search trying many layers at once)."""
+        for layer, v in values.items():
+            self.values[layer] = dict(v)
+            self.settings[layer] = QuantSettings(**v)
+            self.graph.node(layer).attrs["qsettings"] = self.settings[layer]
+        self.forget()
+
     def change(self, layer: str, **values) -> Optional[Set[str]]:
         """Set settings of `layer` (as an opt_config entry would) and bring `qgraph` up to
         date: the layers quantized again, or None where the whole graph was built again
