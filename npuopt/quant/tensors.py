@@ -264,10 +264,10 @@ def plan_weight_range(node, key: str, lo, hi) -> None:
 
 
 def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
-    """A global calibration method's rounding of constant `key` (integers on the
-    layer's WeightGrid, or its minifloat values), used by quantize_weights instead of
-    rounding to nearest; integers kept in the narrowest integer type that holds them (in float32 the plans of a default
-    run held the model's size again: 344 MB on ViT-B/16)."""
+    """A global calibration method's rounding of constant `key` (integers on the layer's
+    WeightGrid, or its minifloat values), used by quantize_weights instead of rounding to
+    nearest; integers kept in the narrowest integer type that holds them (in float32 the
+    plans of a default run held the model's size again: 344 MB on ViT-B/16)."""
     fmt = settings_of(node).weights_format
     if fmt != "int":  # minifloat values, kept as float32
         node.attrs.setdefault("planned_integers", {})[key] = minifloat.round_to(q.detach().cpu(), fmt)
