@@ -57,8 +57,8 @@ class QuantSettings:
     # kept in float: False, True (named by the cfg's trigger_float_op list) or OPT's float mode
     # ("float16_preferred", "float16_act_int_wht": float activations, integer weights, ...)
     trigger_float_op: object = False
-    # the number format of the layer's activations and of its weights: "int" (integers of
-    # the bits above), or a scaled fp8 format (quant/minifloat.py; set by an fp8 quant_type)
+    # the number format of the layer's activations and of its weights: "int" (integers of the
+    # bits above), or a scaled minifloat format (quant/minifloat.py: fp8; fp4 for weights only)
     activation_type: str = "int"
     weight_type: str = "int"
     # COMPASS_CFG_ATTRS as the cfg gives them for this layer (not settings: no template entry)
