@@ -27,6 +27,7 @@ from .passes import run_stage1
 from .plugins import load_plugins
 from .quant import global_calibration as gc
 from .quant.calibration import LayerCalibrator, attach_statistics
+from .quant.norm_inputs import widen_norm_inputs
 from .quant.plan_report import quantization_rows
 from .quant.plan import QuantPlan
 from .quant.settings import write_template
@@ -222,8 +223,7 @@ class OptMaster:
         return bool(self.cfg.dataset and self.cfg.calibration_data)
 
     def global_calibration(self, stage: str) -> None:
-        """Run the cfg's global_calibration methods of `stage` on the float graph (each
-        layer's settings in its attrs['qsettings'])."""
+        """Run the cfg's global_calibration methods of `stage` on the float graph (settings: attrs['qsettings'])."""
         calls = [c for c in self.methods if c.method.stage == stage]
         if not calls:
             return
@@ -244,6 +244,7 @@ class OptMaster:
     def after_calibration(self) -> None:
         self.global_calibration("after_calibration")
         unify_scales(self.cfg, self.graph, self.plan)
+        widen_norm_inputs(self.plan)
         search_mixed_precision(self)
 
     # ---- steps 6-9 ---------------------------------------------------------------

@@ -32,6 +32,7 @@ LAYERS = [
     ["npuopt.quant.tensors", "npuopt.quant.compare"],
     ["npuopt.ops"],
     ["npuopt.passes", "npuopt.quant.calibration", "npuopt.quant.quantizer", "npuopt.quant.plan",
+     "npuopt.quant.norm_inputs",
      "npuopt.quant.unify_scales", "npuopt.quant.global_calibration", "npuopt.quant.plan_report",
      "npuopt.quant.qconfig", "npuopt.data",
      "npuopt.datasets_common"],
