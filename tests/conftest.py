@@ -141,6 +141,34 @@ def write_cfg(path: Path, **fields) -> Path:
     return path
 
 
+def transformer_encoder_cosine(tmp_path: Path, **fields):
+    """The parser's transformer_encoder quantized with `fields` (64 calibration samples of
+    N(0, std of its reference input)): (output cosine to float over 16 other samples, the
+    quantized graph read back). Skips where ../shared is absent."""
+    from npuopt.ir import read_graph
+    folder = SHARED_DATA / "parser_irs" / "transformer_encoder"
+    if not folder.is_dir():
+        pytest.skip(f"parser IR absent: {folder}")
+    ref = np.load(folder / "ref_input.npy")
+    rng = np.random.default_rng(0)
+    calib, val = (rng.standard_normal((n,) + ref.shape[1:]).astype(np.float32) * ref.std() for n in (64, 16))
+    np.save(tmp_path / "calib.npy", calib)
+    cfg = write_cfg(tmp_path / "opt.cfg", graph=folder / "transformer_encoder.txt", model_name="enc",
+                    output_dir=tmp_path / "out", dataset="NumpyDataset", calibration_data=tmp_path / "calib.npy",
+                    calibration_batch_size=16, device="cpu", **fields)
+    result = run_in_process("--cfg", cfg)
+    assert result.exit_code == 0, result.output[-2000:]
+    float_graph = read_graph(str(folder / "transformer_encoder.txt"))
+    quantized = read_graph(str(tmp_path / "out" / "enc_o.txt"))
+    out = quantized.output_tensors[0]
+    want = np.concatenate([float_graph.forward([torch.from_numpy(x[None])])[0].numpy().ravel() for x in val])
+    got = np.concatenate([quantized.forward([torch.from_numpy(x[None])])[0].numpy().ravel()
+                          for x in val]).astype(np.float64)
+    if out.is_quantized:  # an integer or fp8 output, dequantized
+        got = (got + float(out.zerop)) / float(out.scale)
+    return float(want @ got / np.linalg.norm(want) / np.linalg.norm(got)), quantized
+
+
 def run_cfg(path: Path, **fields):
     """The OptMaster of one whole run of the cfg written at `path` with `fields`."""
     from npuopt.config import load_config

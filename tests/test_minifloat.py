@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import npuopt_run.minifloat as run_minifloat
-from conftest import npuopt_run_outputs
+from conftest import npuopt_run_outputs, transformer_encoder_cosine
 from npuopt.dtype import Dtype, bytes_to_tensor, fit_float, tensor_to_bytes
 from npuopt.ir import read_graph, write_graph
 from npuopt.quant import minifloat
@@ -307,26 +307,5 @@ def test_gptq_rounds_onto_a_minifloat_grid_with_less_error_than_nearest(name):
 def test_transformer_encoder_formats(tmp_path, fields, floor):
     """The parser's transformer_encoder under the fp8/fp4 quant_types and w16a16: output
     cosine to float over 16 samples it was not calibrated on (README, "Number formats")."""
-    from conftest import SHARED_DATA, run_in_process, write_cfg
-    folder = SHARED_DATA / "parser_irs" / "transformer_encoder"
-    if not folder.is_dir():
-        pytest.skip(f"parser IR absent: {folder}")
-    ref = np.load(folder / "ref_input.npy")
-    rng = np.random.default_rng(0)
-    calib, val = (rng.standard_normal((n,) + ref.shape[1:]).astype(np.float32) * ref.std() for n in (64, 16))
-    np.save(tmp_path / "calib.npy", calib)
-    cfg = write_cfg(tmp_path / "opt.cfg", graph=folder / "transformer_encoder.txt", model_name="enc",
-                    output_dir=tmp_path / "out", dataset="NumpyDataset", calibration_data=tmp_path / "calib.npy",
-                    calibration_batch_size=16, device="cpu", **fields)
-    result = run_in_process("--cfg", cfg)
-    assert result.exit_code == 0, result.output[-2000:]
-    float_graph = read_graph(str(folder / "transformer_encoder.txt"))
-    quantized = read_graph(str(tmp_path / "out" / "enc_o.txt"))
-    out = quantized.output_tensors[0]
-    want = np.concatenate([float_graph.forward([torch.from_numpy(x[None])])[0].numpy().ravel() for x in val])
-    got = np.concatenate([quantized.forward([torch.from_numpy(x[None])])[0].numpy().ravel()
-                          for x in val]).astype(np.float64)
-    if out.is_quantized:
-        got = (got + float(out.zerop)) / float(out.scale)
-    cosine = float(want @ got / np.linalg.norm(want) / np.linalg.norm(got))
+    cosine, _ = transformer_encoder_cosine(tmp_path, **fields)
     assert cosine >= floor, cosine

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import npuopt_run_outputs
+from conftest import npuopt_run_outputs, transformer_encoder_cosine
 from npuopt.dtype import Dtype, fit_float
 from npuopt.errors import ConfigError, QuantizeError
 from npuopt.ir import read_graph, write_graph
@@ -221,26 +221,9 @@ def test_transformer_encoder_4_bit_per_block_weight_only_with_gptq(tmp_path):
     """The parser's transformer_encoder, its FullyConnected weights in 4-bit blocks of 32
     (asymmetric) rounded by GPTQ, float activations: output cosine to float >= 0.999 on
     samples it was not calibrated on (0.99956 when written; nearest rounding 0.99902)."""
-    from conftest import SHARED_DATA, run_in_process, write_cfg
-    folder = SHARED_DATA / "parser_irs" / "transformer_encoder"
-    if not folder.is_dir():
-        pytest.skip(f"parser IR absent: {folder}")
-    ref = np.load(folder / "ref_input.npy")
-    rng = np.random.default_rng(0)
-    calib, val = (rng.standard_normal((n,) + ref.shape[1:]).astype(np.float32) * ref.std() for n in (64, 16))
-    np.save(tmp_path / "calib.npy", calib)
-    cfg = write_cfg(tmp_path / "opt.cfg", graph=folder / "transformer_encoder.txt", model_name="enc",
-                    output_dir=tmp_path / "out", dataset="NumpyDataset", calibration_data=tmp_path / "calib.npy",
-                    calibration_batch_size=16, device="cpu", trigger_float_op="float16_act_int_wht", weight_bits=4,
-                    quantize_method_for_weight="per_block_asymmetric", weight_block_size=32,
-                    global_calibration="gptq_zy")
-    result = run_in_process("--cfg", cfg)
-    assert result.exit_code == 0, result.output[-2000:]
-    float_graph = read_graph(str(folder / "transformer_encoder.txt"))
-    quantized = read_graph(str(tmp_path / "out" / "enc_o.txt"))
+    cosine, quantized = transformer_encoder_cosine(
+        tmp_path, trigger_float_op="float16_act_int_wht", weight_bits=4, quantize_method_for_weight="per_block_asymmetric",
+        weight_block_size=32, global_calibration="gptq_zy")
     assert sum("weight_block_size" in n.params or n.constants.get("weights") is not None
                and n.constants["weights"].block_size == 32 for n in quantized.nodes) == 8
-    want = np.concatenate([float_graph.forward([torch.from_numpy(x[None])])[0].numpy().ravel() for x in val])
-    got = np.concatenate([quantized.forward([torch.from_numpy(x[None])])[0].numpy().ravel() for x in val])
-    cosine = float(want @ got / np.linalg.norm(want) / np.linalg.norm(got))
     assert cosine >= 0.999, cosine
