@@ -98,9 +98,13 @@ def quantize(f: np.ndarray, scale, zp, lo: int, hi: int) -> np.ndarray:
 
 
 def dequantize(q: np.ndarray, scale, zp) -> np.ndarray:
-    """DeQuantize, in float32 as the tool chain does it: fl32(q + zp) * fl32(1 / scale)."""
+    """DeQuantize, in float32 as the tool chain does it: fl32(q + zp) * fl32(1 / scale); q
+    integers, or an fp8 tensor's values (float32, added in float32)."""
     reciprocal = np.float32(1.0) / np.float32(scale)
-    return (np.asarray(q, np.int64) + np.int64(zp)).astype(np.float32) * reciprocal
+    q = np.asarray(q)
+    if np.issubdtype(q.dtype, np.floating):
+        return (q.astype(np.float32) + np.float32(zp)) * reciprocal
+    return (q.astype(np.int64) + np.int64(zp)).astype(np.float32) * reciprocal
 
 
 def scale_approximation_f32(ratio: np.ndarray, mult_bits: int):

@@ -98,10 +98,9 @@ def storage(info: TensorInfo) -> np.dtype:
 
 
 def dequantized(info: TensorInfo, value: np.ndarray) -> np.ndarray:
-    """An output's '<name>.float': integers dequantized as DeQuantize does, floats as they are."""
-    if info.dtype.minifloat:
-        return value.astype(np.float32) * (np.float32(1.0) / np.float32(info.scale))
-    if info.is_int and info.scale is not None:
+    """An output's '<name>.float': integers and fp8 values dequantized as DeQuantize does,
+    floats as they are."""
+    if info.quantized and info.scale is not None:
         return intmath.dequantize(value, info.scale, info.zp)
     return value.astype(np.float32)
 

@@ -168,12 +168,9 @@ def quantize_int(layer, xs, infos):
 
 
 def dequantize_float(layer, xs, infos):
-    """DeQuantize: fl32(q + zp) * fl32(1 / scale) with the input's scale/zp (float32); an
-    fp8 input's values as q."""
-    scale, zp = infos[0].quant(layer)
-    if infos[0].dtype.minifloat:
-        return [(xs[0].astype(np.float32) + np.float32(zp)) * (np.float32(1.0) / np.float32(scale))]
-    return [dequantize(xs[0], scale, zp)]
+    """DeQuantize: fl32(q + zp) * fl32(1 / scale) with the input's scale/zp (float32; an fp8
+    input's values as q)."""
+    return [dequantize(xs[0], *infos[0].quant(layer))]
 
 
 FLOAT = {"Reshape": reshape, "Transpose": transpose, "Concat": concat, "Split": split, "Slice": slice_,
