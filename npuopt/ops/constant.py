@@ -29,7 +29,7 @@ def constant_quantize(self, *args):
     lo, hi = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
     QT.quantize_activation(self, out, lo, hi)
     if out.dtype.is_minifloat:  # rounded to the format (the tool chain rounds to integers first, then to fp8)
-        c.betensor = minifloat.round_to(minifloat.quantize(v, out.scale), out.dtype.value)
+        c.betensor = minifloat.quantize(v, out.scale, out.dtype.value)
     else:
         c.betensor = qmath.quantize(v, out.scale, out.zerop, out.qmin, out.qmax).to(out.dtype.torch_dtype)
     QT.copy_quantization(out, c)

@@ -14,7 +14,7 @@ from ..registry import OpType, op_register, quant_register
 def input_forward(self, *args):
     t = self.outputs[0]
     if self.quantized and t.dtype.is_minifloat and t.betensor.is_floating_point():
-        QT.store_output(self, minifloat.round_to(minifloat.quantize(t.betensor, t.scale), t.dtype.value), t)
+        QT.store_output(self, minifloat.quantize(t.betensor, t.scale, t.dtype.value), t)
     elif self.quantized and t.betensor.is_floating_point() and not t.qinvariant:
         QT.store_output(self, qmath.quantize(t.betensor, t.scale, t.zerop, t.qmin, t.qmax), t)
     return t.betensor

@@ -11,7 +11,7 @@ from ..registry import OpType, op_register, quant_register
 def quantize_forward(self, *args):
     x, out = self.inputs[0].betensor, self.outputs[0]
     if self.quantized and out.dtype.is_minifloat:
-        return QT.store_output(self, minifloat.round_to(minifloat.quantize(x, out.scale), out.dtype.value), out)
+        return QT.store_output(self, minifloat.quantize(x, out.scale, out.dtype.value), out)
     if self.quantized and x.is_floating_point():
         return QT.store_output(self, qmath.quantize(x, out.scale, out.zerop, out.qmin, out.qmax), out)
     out.betensor = x

@@ -46,11 +46,11 @@ def scale_of(absmax, name: str):
     return scale if scale.dim() else float(scale)
 
 
-def quantize(f: torch.Tensor, scale) -> torch.Tensor:
-    """fl32(scale * f): what round_to takes for a float tensor entering the format."""
+def quantize(f: torch.Tensor, scale, name: str) -> torch.Tensor:
+    """A float tensor into format `name`: round_to(fl32(scale * f))."""
     s = scale.to(f.device, torch.float32) if isinstance(scale, torch.Tensor) else \
         torch.tensor(scale, dtype=torch.float32, device=f.device)
-    return f.to(torch.float32) * s
+    return round_to(f.to(torch.float32) * s, name)
 
 
 def requantize(acc: torch.Tensor, scale, name: str) -> torch.Tensor:

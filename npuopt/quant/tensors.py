@@ -160,7 +160,7 @@ class WeightGrid:
     def quantize(self, w: torch.Tensor) -> torch.Tensor:
         """Round to nearest (the default rounding), float32 holding the grid's values."""
         if self.fmt:
-            return minifloat.round_to(minifloat.quantize(w, self.along(self.scale)), self.fmt)
+            return minifloat.quantize(w, self.along(self.scale), self.fmt)
         return qmath.quantize(w, self.along(self.scale), self.along(self.zp), self.qmin, self.qmax)
 
     def to_grid(self, v: torch.Tensor) -> torch.Tensor:
