@@ -260,6 +260,14 @@ def test_a_number_type_outside_the_list_stops_with_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"activation_type 'float4_e2m1fn' is not one of int, float8_e4m3fn, "
                                           r"float8_e5m2$"):
         QuantSettings(activation_type="float4_e2m1fn")
+    from npuopt.quant.settings import read_opt_config
+    graph = one_layer("FullyConnected", [(4,)], dict(num_output=2, with_activation="NONE"),
+                      {"weights": torch.randn(2, 4), "biases": torch.zeros(2)})
+    path = tmp_path / "opt_config.json"
+    path.write_text('{"op": {"weight_type": "fp8"}}')
+    with pytest.raises(ConfigError, match=r"^opt_config '.*opt_config.json': layer 'op': weight_type 'fp8' is not "
+                                          r"one of int, float8_e4m3fn, float8_e5m2, float4_e2m1fn$"):
+        read_opt_config(str(path), graph)
 
 
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float4_e2m1fn"])

@@ -273,6 +273,11 @@ def read_opt_config(path: str, graph) -> Dict[str, dict]:
                 parsed[key] = value if isinstance(value, bool) else (False if mode == "disable" else mode)
             elif key.startswith("calibration_strategy"):
                 parsed[key] = check_strategy(str(value), f"{where}: ")
+            elif key in ("activation_type", "weight_type"):
+                allowed = ACTIVATION_TYPES if key == "activation_type" else NUMBER_TYPES
+                if value not in allowed:
+                    raise ConfigError(f"{where}: {key} '{value}' is not one of {', '.join(allowed)}")
+                parsed[key] = value
             else:
                 text = str(value).lower() if isinstance(value, bool) else str(value)
                 parsed[key] = parse_field(key, text, where) if key in FIELDS else value
