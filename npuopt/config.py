@@ -17,6 +17,7 @@ from .cfg_reader import (FIELDS, Config, PerLayer, as_text, current_config, defa
 from .errors import ConfigError
 from .outputs import safe_name
 from .quant.formats import QuantMethod
+from .quant.candidates import parse_candidates
 from .quant.strategies import KNOWN as IMPLEMENTED_STRATEGIES, Strategy, check_strategy
 from .registry import unknown_global_calibrations
 
@@ -374,6 +375,41 @@ register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,
                "from one split on get 16-bit activations/weights, 48-bit biases, 10-bit tables (else float) until the "
                "drop from float is <= threshold (L) or >= it (G); batches 0: off",
                "batches,threshold,L or G (like 1,0.02,L)")
+
+
+def _candidates(s):
+    """Candidate names (quant/candidates.py), as written without spaces."""
+    parse_candidates(s)
+    return re.sub(r"\s+", "", s)
+
+
+register_field("mixed_precision_candidates", "", _candidates,
+               "npuopt's mixed-precision search: the formats a layer may take besides its settings (w4, w8, w16: "
+               "weight bits; a8, a16: activation bits; w4a16...; float16, bfloat16, float32: kept in float; "
+               "float16_w4[b32]: weight-only, per block of 32); the choice meets the mixed_precision_* budgets "
+               "with the least output error, measured on calibration data; empty: no search",
+               "comma-separated names like w4,w8 or w8,a16,float16")
+register_field("mixed_precision_weight_bits", "0", _float_in(0, 32),
+               "mixed-precision budget: average bits of the weights, weighted by parameter count (0: none)",
+               "a number from 0 to 32")
+register_field("mixed_precision_weight_bytes", "0", _float_in(0, float("inf")),
+               "mixed-precision budget: bytes of the stored weights (0: none)", "a number of bytes, 0 or more")
+register_field("mixed_precision_bitops", "0", _float_in(0, float("inf")),
+               "mixed-precision budget: giga bit-operations per sample, weighted layers' multiply-accumulates times "
+               "their weight and input bits (0: none)", "a number, 0 or more")
+register_field("mixed_precision_conversions", "-1", _int_in(-1, 1 << 30),
+               "mixed-precision budget: Quantize/DeQuantize layers in the quantized graph (-1: none)",
+               "an integer, -1 or more")
+register_field("mixed_precision_error", "0", _float_in(0, float("inf")),
+               "mixed-precision budget: relative output error (squared error over squared float outputs) on the "
+               "calibration samples; the smallest point predicted within it is chosen (0: none)",
+               "a number, 0 or more")
+register_field("mixed_precision_samples", "128", _int_in(0, 1 << 30),
+               "calibration samples the mixed-precision search measures on, held in memory (0: all)",
+               "an integer, 0 or more")
+register_field("mixed_precision_points", "12", _int_in(3, 1000),
+               "points of the mixed-precision front measured and written (the chosen one among them)",
+               "an integer from 3 to 1000")
 register_field("dump", "false", _bool, "write every tensor of the first batch as .npy into dump_dir", _B)
 register_field("dump_dir", "", as_text, "folder for dumps; default: <output_dir>/dump", "a folder path", is_path=True)
 register_field("device", "auto", _choice("cpu", "cuda", "auto"), "where forwards run: cpu, cuda, or auto (cuda when available)", "cpu, cuda, auto")

@@ -11,15 +11,23 @@ moved forward by 1, 2, 4, ... while it stays within; if even the 16-bit tail nev
 there, the same search keeps a tail in float (float32_preferred). Each candidate sets
 those layers' settings in the plan, which builds the quantized graph again.
 
-As the tool chain's, it tunes on the data it then reports and only raises a suffix;
-npuopt's own search (per-layer candidates, size budgets, a Pareto front) is the issue
-"Automatic mixed precision"."""
+As the tool chain's, it tunes on the data it then reports and only raises a suffix.
+npuopt's own search (per-layer candidates, size budgets, a Pareto front, measured on
+calibration data: precision_search.py) runs from here too (search_precision)."""
 import dataclasses
-from typing import Dict, List
+import itertools
+import time
+from typing import Dict, List, Tuple
+
+from tqdm import tqdm
 
 from .errors import ConfigError
 from .evaluation import metric_score
-from .logger import OPT_INFO
+from .logger import OPT_INFO, OPT_WARN
+from .precision_report import write_front, write_plot
+from .precision_search import AS_SET, BUDGETS, OutputError, PrecisionSearch, layer_options, spread
+from .quant import global_calibration as gc
+from .quant.candidates import parse_candidates
 
 WIDE = dict(activation_bits=16, weight_bits=16, bias_bits=48, lut_items_in_bits=10)
 FLOAT = dict(trigger_float_op="float32_preferred")
@@ -107,10 +115,23 @@ def naive_search(plan, score_of, batches: int, threshold: float, less: bool) -> 
 
 
 def check_search_data(cfg) -> None:
-    """The search needs the metric data (before any work is done)."""
+    """The searches need their data, and npuopt's a budget (before any work is done)."""
     if cfg.mixed_precision_auto_search[0] > 0 and not (cfg.dataset and cfg.data and cfg.metric):
         raise ConfigError("field 'mixed_precision_auto_search': the search scores the model with the first metric on "
                           "the metric data: set 'dataset', 'data' and 'metric'")
+    if not cfg.mixed_precision_candidates:
+        return
+    if cfg.mixed_precision_auto_search[0] > 0:
+        raise ConfigError("fields 'mixed_precision_candidates' and 'mixed_precision_auto_search': two searches of the "
+                          "layers' precision; set one")
+    if not (cfg.dataset and cfg.calibration_data):
+        raise ConfigError("field 'mixed_precision_candidates': the search measures on the calibration data: set "
+                          "'dataset' and 'calibration_data'")
+    if not (cfg.mixed_precision_weight_bits or cfg.mixed_precision_weight_bytes or cfg.mixed_precision_bitops or
+            cfg.mixed_precision_conversions >= 0 or cfg.mixed_precision_error):
+        raise ConfigError("field 'mixed_precision_candidates': set a budget (mixed_precision_weight_bits, "
+                          "mixed_precision_weight_bytes, mixed_precision_bitops, mixed_precision_conversions or "
+                          "mixed_precision_error)")
 
 
 def search_mixed_precision(master) -> None:
@@ -122,3 +143,93 @@ def search_mixed_precision(master) -> None:
         def score_of(graph, kind: str) -> float:
             return metric_score(feed, dataset, graph, kind, batches)
         master.report["mixed_precision_auto_search"] = naive_search(master.plan, score_of, batches, threshold, less)
+
+
+def search_precision(master) -> None:
+    """The cfg's mixed_precision_candidates search on the run's plan (nothing when unset)."""
+    cfg = master.cfg
+    candidates = parse_candidates(cfg.mixed_precision_candidates)
+    if not candidates:
+        return
+    started = time.perf_counter()
+    options = layer_options(master.plan, candidates)
+    if not options:
+        raise ConfigError(f"field 'mixed_precision_candidates': none of {cfg.mixed_precision_candidates} applies "
+                          f"to a layer of the graph")
+    budgets = {k: float(getattr(cfg, field)) for k, field in BUDGETS.items()
+               if getattr(cfg, field) >= (0 if k == "conversions" else 1e-12)}
+    if "bitops" in budgets:
+        budgets["bitops"] *= 1e9  # the field counts giga bit-operations
+    search = PrecisionSearch(master.plan, options, budgets, cfg.mixed_precision_error)
+    search.check_reachable()
+    learn, skip = learning_batches(master)
+    batches, samples = search_batches(master, skip)
+    error_of = OutputError(master.graph, batches)
+    if learn:
+        ctx = master.calibration_context()
+        ctx = dataclasses.replace(ctx, batches=lambda: itertools.islice(master.calibration_batches(), learn),
+                                  shard=lambda limit=None: master.calibration_shard(min(limit or learn, learn)))
+        search.learn_roundings(lambda: gc.run_stage("after_calibration", master.methods, ctx))
+    search.measure_sensitivities(error_of)
+    walk = search.walk()
+    front = search.front(walk)
+    chosen = search.choose(front)
+    if chosen not in front:  # refined off the walk: on the front, without the points it beats
+        size = search.size(chosen.choice)
+        front = sorted([p for p in front if not (size <= search.size(p.choice) and chosen.predicted <= p.predicted)]
+                       + [chosen], key=lambda p: (-search.size(p.choice), p.predicted))
+    chosen = front[front.index(chosen)]  # the front's own object, which gets measured
+    for point in tqdm(spread(front, chosen, cfg.mixed_precision_points), desc="mixed precision: front points",
+                      unit="point"):
+        search.measure(point, error_of)
+    search.put_back()  # the run's global calibration rounds the chosen formats
+    master.plan.set_values(search.values_of(chosen.choice))
+    seconds = time.perf_counter() - started
+    layers = {name: search.options[name][i].name for name, i in chosen.choice.items()}
+    changed = {name: kind for name, kind in layers.items() if kind != AS_SET}
+    OPT_INFO(f"mixed precision: {len(front)} points on the front; chosen: {len(changed)} of {len(layers)} layers "
+             f"changed, {chosen.sizes.average_weight_bits:.3f} average weight bits, predicted output error "
+             f"{chosen.predicted:.4g}, measured {chosen.measured:.4g} ({error_of.forwards} forwards over {samples} "
+             f"calibration samples, {seconds:.1f} s)")
+    summary = {"candidates": [c.name for c in candidates], "budgets": {BUDGETS[k]: v for k, v in budgets.items()},
+               "samples": samples, "forwards": error_of.forwards, "global_calibrations": search.calibrations,
+               "seconds": round(seconds, 3),
+               "chosen": front.index(chosen), "layers": changed}
+    files = master.output_files
+    write_front(master.outputs.stage("mixed precision front", files["mixed precision front"]), search, front,
+                chosen, summary, cfg.opt_config)
+    write_plot(master.outputs.stage("mixed precision plot", files["mixed precision plot"]), search, front, chosen)
+    master.report["mixed_precision_search"] = {**summary, "predicted_error": chosen.predicted,
+                                               "measured_error": chosen.measured, **chosen.sizes.as_dict(),
+                                               "front": files["mixed precision front"],
+                                               "plot": files["mixed precision plot"]}
+
+
+def learning_batches(master) -> Tuple[int, int]:
+    """(how many calibration batches the global calibration methods learn the options'
+    roundings from, how many the measuring skips): the first half, and the search measures
+    on the rest (on the samples they learned from, AdaRound's roundings look many times
+    better than on others); none without after-calibration methods."""
+    if not any(c.method.stage == "after_calibration" for c in master.methods):
+        return 0, 0
+    units = len(master.calibration_shard())
+    if units < 2:
+        OPT_WARN("mixed precision: one calibration batch, so the search measures on the samples global calibration "
+                 "learned from, which flatters the formats it rounds; a smaller calibration_batch_size avoids it")
+        return units, 0
+    return (units + 1) // 2, (units + 1) // 2
+
+
+def search_batches(master, skip: int = 0) -> Tuple[List[list], int]:
+    """Up to mixed_precision_samples calibration samples after the first `skip` batches, as graph
+    inputs held in memory."""
+    limit = master.cfg.mixed_precision_samples
+    batches, samples = [], 0
+    for inputs in itertools.islice(master.calibration_batches(), skip, None):
+        if limit and samples >= limit:
+            break
+        take = inputs[0].shape[0] if not limit else min(inputs[0].shape[0], limit - samples)
+        batches.append([x[:take] if x.dim() and x.shape[0] == inputs[0].shape[0] else x for x in inputs])
+        samples += take
+    return batches, samples
+

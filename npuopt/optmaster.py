@@ -21,7 +21,7 @@ from .evaluation import evaluate
 from .feed import Feed
 from .ir import read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
-from .mixed_precision import check_search_data, search_mixed_precision
+from .mixed_precision import check_search_data, search_mixed_precision, search_precision
 from .outputs import RunOutputs, run_inputs, safe_name
 from .passes import run_stage1
 from .plugins import load_plugins
@@ -54,13 +54,9 @@ class OptMaster:
         if self.ranks.parallel and self.device.type == "cuda":
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.methods = gc.resolve(cfg.global_calibration, self.ranks.world)  # the spec, resolved once
-        self.graph = None
+        self.graph = self.qgraph = self.settings = self.feed = None
         self.original = None  # the float graph as it was before global calibration edited it
-        self.qgraph = None
-        self.plan = None  # the decisions of the run (quant/plan.py), once settings are planned
-        self.settings = None
-        self.feed = None
-        self.metric_dataset = None  # opened by check_data, reused by evaluate
+        self.plan = self.metric_dataset = None  # the run's decisions (quant/plan.py); evaluate's data (check_data)
         self.outputs = RunOutputs(run_inputs(cfg))
         self.report = {"model": None, "device": str(self.device), "metrics": {"float": {}}, "outputs": {}}
 
@@ -80,7 +76,9 @@ class OptMaster:
                 "quantized IR weights": os.path.join(out, f"{ir}_o.bin"),
                 "opt_config template": os.path.join(out, f"{ir}_opt_template.json"),
                 "report": os.path.join(out, f"{model}_report.json"),
-                "statistic info": os.path.join(out, f"{model}_statistic_info.npy")}
+                "statistic info": os.path.join(out, f"{model}_statistic_info.npy"),
+                "mixed precision front": os.path.join(out, f"{model}_mixed_precision.json"),
+                "mixed precision plot": os.path.join(out, f"{model}_mixed_precision.png")}
 
     def run(self) -> dict:
         """The pipeline; its files appear only once all of it succeeded (npuopt/outputs.py)."""
@@ -153,8 +151,7 @@ class OptMaster:
         OPT_INFO(f"stage-1 passes: {before} -> {len(self.graph.nodes)} layers")
 
     def plan_settings(self) -> None:
-        """The plan (quant/plan.py): each layer's settings, resolved once, also in the layer's
-        attrs['qsettings'], where global calibration and the quantize functions read them."""
+        """The plan (quant/plan.py): each layer's settings, resolved once (also its attrs['qsettings'])."""
         self.plan = QuantPlan(self.cfg, self.graph, self.device)
         self.settings = self.plan.settings
 
@@ -222,6 +219,10 @@ class OptMaster:
     def has_calibration_data(self) -> bool:
         return bool(self.cfg.dataset and self.cfg.calibration_data)
 
+    def calibration_context(self) -> gc.Context:
+        return gc.Context(self.graph, self.calibration_batches, self.plan, self.device, self.has_calibration_data(),
+                          field_of=self.cfg.of, shard=self.calibration_shard, ranks=self.ranks)
+
     def global_calibration(self, stage: str) -> None:
         """Run the cfg's global_calibration methods of `stage` on the float graph (settings: attrs['qsettings'])."""
         calls = [c for c in self.methods if c.method.stage == stage]
@@ -231,10 +232,7 @@ class OptMaster:
             # the float model as read stays the reference of the metrics and similarity
             self.original = copy.deepcopy(self.graph)
         started = time.perf_counter()
-        ctx = gc.Context(self.graph, self.calibration_batches, self.plan, self.device,
-                         self.has_calibration_data(), field_of=self.cfg.of, shard=self.calibration_shard,
-                         ranks=self.ranks)
-        ran = gc.run_stage(stage, calls, ctx)
+        ran = gc.run_stage(stage, calls, self.calibration_context())
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
             self.plan.adopt(node)
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
@@ -242,6 +240,7 @@ class OptMaster:
         self.report.setdefault("global_calibration", []).extend(ran)
 
     def after_calibration(self) -> None:
+        search_precision(self)  # global calibration then rounds the chosen formats
         self.global_calibration("after_calibration")
         unify_scales(self.cfg, self.graph, self.plan)
         widen_norm_inputs(self.plan)

@@ -171,6 +171,16 @@ class PyTensor:
         kept = {k: v for k, v in self._range.items() if k not in ("min", "max")}
         self._range = kept if lo_hi is None else {**kept, "min": float(lo_hi[0]), "max": float(lo_hi[1])}
 
+    @property
+    def ranges_set(self) -> dict:
+        """Every range set on the tensor (min/max, per channel), apart from its statistics:
+        what a search takes and puts back."""
+        return dict(self._range)
+
+    @ranges_set.setter
+    def ranges_set(self, ranges: dict) -> None:
+        self._range = dict(ranges)
+
     def _calibrated(self, key: str):
         """min/max (per tensor) or min_key_axis/max_key_axis (along key_axis): what was
         set, else from the statistics with the producing layer's activation settings

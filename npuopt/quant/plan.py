@@ -16,6 +16,7 @@ when first asked and keeps current: an algorithm that edits the plan of some lay
 quantizes again only those layers and the layers the change reaches. No algorithm
 builds a quantized graph or calls an op's quantize function itself."""
 import contextlib
+import copy
 import dataclasses
 import logging
 import re
@@ -29,6 +30,9 @@ from ..passes.batch_dim import parallel_batches, written_batch
 from .qconfig import apply_qconfig
 from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
 from .settings import QuantSettings, layer_values, note_settings, settings_of
+
+
+PLANNED_ATTRS = ("planned_integers", "planned_ranges")  # a layer's attrs that global calibration methods plan
 
 
 class QuantPlan:
@@ -138,26 +142,49 @@ class QuantPlan:
             self.graph.node(layer).attrs["qsettings"] = self.settings[layer]
         self.forget()
 
+    def layer_state(self, layer: str) -> tuple:
+        """What global calibration methods planned and edited of one layer (its planned
+        roundings and ranges, its constants, its outputs' planned ranges), to put back with
+        `restore_layer_state`: a search measures layers with and without them."""
+        node = self.graph.node(layer)
+        return (copy.deepcopy({k: node.attrs[k] for k in PLANNED_ATTRS if k in node.attrs}),
+                {k: c.betensor.clone() for k, c in node.constants.items()}, [t.ranges_set for t in node.outputs])
+
+    def restore_layer_state(self, layer: str, state: tuple) -> None:
+        node = self.graph.node(layer)
+        attrs, constants, ranges = state
+        for k in PLANNED_ATTRS:
+            node.attrs.pop(k, None)
+        node.attrs.update(copy.deepcopy(attrs))
+        for k, value in constants.items():
+            node.constants[k].betensor = value.clone()
+        for t, r in zip(node.outputs, ranges):
+            t.ranges_set = r
+
     def change(self, layer: str, **values) -> Optional[Set[str]]:
-        """Set settings of `layer` (as an opt_config entry would) and bring `qgraph` up to
-        date: the layers quantized again, or None where the whole graph was built again
-        (a layer kept in float, or a change that reaches one)."""
+        """Set settings of `layer` (as an opt_config entry would) and bring `realised()` and,
+        once built, `qgraph` up to date: the layers quantized again, or None where the
+        whole graph was built again (a layer kept in float, or a change that reaches one)
+        or none was built yet."""
         if layer not in self.values:
             raise ConfigError(f"plan: no layer named '{layer}'")
         unknown = sorted(set(values) - set(QuantSettings.names()))
         if unknown:
             raise ConfigError(f"plan: layer '{layer}': unknown setting(s) {', '.join(unknown)} "
                               f"(known: {', '.join(QuantSettings.names())})")
+        changed = {k for k, v in values.items() if self.values[layer].get(k) != v}
         self.values[layer] = {**self.values[layer], **values}  # multiplier_bits 0 (the cfg's) is derived anew
         self.settings[layer] = QuantSettings(**self.values[layer])
         self.graph.node(layer).attrs["qsettings"] = self.settings[layer]
-        boundaries = bool({"trigger_float_op", "activation_type"} & set(values))  # where Quantize layers go
+        boundaries = bool({"trigger_float_op", "activation_type"} & changed)  # where Quantize layers go
         if boundaries:
             self.forget()
         else:
             self.replan(layer)
+        if self.qgraph is None:  # nothing built to bring up to date (a search measures on realised())
+            return None
         redone = None
-        if self.qgraph is not None and not boundaries:
+        if not boundaries:
             with _said_once(), quantized_graph_edits(self.graph, self.cfg):
                 redone = requantize(self.qgraph, self.graph, self.settings, {layer})
         if redone is None:

@@ -17,8 +17,13 @@ from .settings import QuantSettings
 from .tensors import QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights_only, store_in_float
 
 
+def stays_float(node, settings: Dict[str, QuantSettings]) -> bool:
+    """Whether a layer is kept in float: asked for (trigger_float_op), or of a type with no quantize function."""
+    return bool(settings[node.name].trigger_float_op) or OP_QUANTIZERS.get(node.type) is None
+
+
 def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
-    """Layers kept in float: asked for (trigger_float_op), or of a type with no quantize function."""
+    """The layers kept in float (stays_float), said where a type has no quantize function."""
     out, weighted = set(), set()
     for node in graph.nodes:
         if settings[node.name].trigger_float_op:
@@ -175,7 +180,6 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
     """A DeQuantize layer where a float layer reads a quantized tensor, a Quantize
     layer where a quantized layer reads a float one (boundary layers already in
     place count as float on their float side)."""
-    producer = {t.name: n for n in graph.nodes for t in n.outputs}
     made: Dict[tuple, PyTensor] = {}
     new_nodes = []
 
@@ -192,7 +196,33 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
             new_nodes.append(b)
         return made[key]
 
-    for node in list(graph.nodes):
+    for node, i, conversions in list(_boundaries(graph, keep_float, settings)):
+        t = node.inputs[i]
+        for kind, float_dtype in conversions:
+            t = boundary(kind, t, node, float_dtype)
+        node.inputs[i] = t
+    if new_nodes:
+        graph.nodes.extend(new_nodes)
+        graph.relink()
+
+
+def count_boundaries(graph, keep_float: Set[str], settings) -> int:
+    """How many Quantize/DeQuantize layers the quantized graph of these settings gets
+    (a search weighs them without building the graph)."""
+    made = set()
+    for node, i, conversions in _boundaries(graph, keep_float, settings):
+        key = node.inputs[i].name
+        for kind, float_dtype in conversions:
+            key = (kind, key, float_dtype, settings[node.name].activation_type)
+            made.add(key)
+    return len(made)
+
+
+def _boundaries(graph, keep_float: Set[str], settings):
+    """(reader, input index, the conversions it reads its input through, as (layer type,
+    float dtype of a DeQuantize) in order) of every boundary of the settings."""
+    producer = {t.name: n for n in graph.nodes for t in n.outputs}
+    for node in graph.nodes:
         is_float = node.name in keep_float or node.type == OpType.Quantize
         for i, t in enumerate(node.inputs):
             src = producer[t.name]
@@ -201,16 +231,11 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
             if (src.name in keep_float or src.type == OpType.DeQuantize) != is_float:
                 # a DeQuantize gives the float dtype its reader computes in (float16, bfloat16)
                 float_dtype = settings[node.name].float_dtype if node.name in keep_float else Dtype.FP32
-                node.inputs[i] = boundary(OpType.DeQuantize, t, node, float_dtype) if is_float else \
-                    boundary(OpType.Quantize, t, node, None)
+                yield node, i, [(OpType.DeQuantize, float_dtype) if is_float else (OpType.Quantize, None)]
             elif not is_float and _in_fp8(src, settings) != _in_fp8(node, settings):
                 # between fp8 and integer layers: to float16 and into the reader's format, as the
                 # tool chain converts (its library has no cast between the two)
-                node.inputs[i] = boundary(OpType.Quantize, boundary(OpType.DeQuantize, t, node, Dtype.FP16), node,
-                                          None)
-    if new_nodes:
-        graph.nodes.extend(new_nodes)
-        graph.relink()
+                yield node, i, [(OpType.DeQuantize, Dtype.FP16), (OpType.Quantize, None)]
 
 
 def _in_fp8(node, settings) -> bool:

@@ -1,0 +1,138 @@
+"""The mixed-precision search on EfficientNet-Lite0 (issue 25, acceptance 3 and 4): its
+cost against a plain run, and whether its predictions rank the front as val measures it.
+
+    python bench/bench_mixed_precision.py [--bits 4.5] [--points 5]
+
+Runs model_tests/efficientnet_lite0_mp_search/opt.cfg (4/8-bit per-channel weights, 8-bit
+activations, AdaRound, the search on the 100 calibration images; the model exported into
+its work/ first when absent), with --bits as the average weight bits budget:
+1. a plain run: the same cfg without the search (mixed_precision_candidates empty);
+2. the run with the search: its seconds (the report's), and the whole-model forwards it
+   made, counted as samples through any graph's forward while the search ran (global
+   calibration's included) over the calibration set's size, against 2L + 20 (L: the
+   layers with a quantize function);
+3. --points points of the front, spread along it, each point's opt_config fed back (no
+   search, AdaRound on its formats): the IR's relative output error and top-1 on the 500
+   val images, and the Spearman rank correlation of predicted error with val error.
+Needs ../shared/data/imagenet_sample. Prints one table; nothing is asserted.
+"""
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from npuopt import optmaster as optmaster_module  # noqa: E402
+from npuopt.config import load_config  # noqa: E402
+from npuopt.graph import PyGraph  # noqa: E402
+from npuopt.optmaster import OptMaster  # noqa: E402
+from npuopt.plugins import load_plugins  # noqa: E402
+from npuopt.precision_search import OutputError  # noqa: E402
+from npuopt.registry import OP_QUANTIZERS  # noqa: E402
+from npuopt_export.export import export_model  # noqa: E402
+from npuopt_export.models import efficientnet_lite0  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+FOLDER = REPO / "model_tests" / "efficientnet_lite0_mp_search"
+LABELS = REPO.parent / "shared" / "data" / "imagenet_sample" / "labels.tsv"
+
+
+class ForwardCounter:
+    """Samples through PyGraph.forward while `counting`."""
+
+    def __init__(self):
+        self.samples, self.counting = 0, False
+        original = PyGraph.forward
+
+        def forward(graph, inputs, *args, **kwargs):
+            if self.counting and inputs:
+                self.samples += int(inputs[0].shape[0]) if inputs[0].dim() else 1
+            return original(graph, inputs, *args, **kwargs)
+        PyGraph.forward = forward
+
+    def around(self, fn):
+        def counted(*args, **kwargs):
+            self.counting = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.counting = False
+        return counted
+
+
+def run(out: Path, **fields) -> OptMaster:
+    overrides = {"output_dir": str(out), **{k: str(v) for k, v in fields.items()}}
+    master = OptMaster(load_config(str(FOLDER / "opt.cfg"), overrides))
+    master.run()
+    return master
+
+
+def spearman(a, b) -> float:
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        for rank, i in enumerate(order):
+            r[i] = float(rank)
+        return r
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bits", type=float, default=4.5)
+    ap.add_argument("--points", type=int, default=5)
+    args = ap.parse_args()
+    if not LABELS.is_file():
+        sys.exit(f"needs {LABELS}")
+    load_plugins()
+    work = FOLDER / "work"
+    if not (work / "lite0.txt").is_file():
+        work.mkdir(exist_ok=True)
+        export_model(efficientnet_lite0(), (1, 3, 224, 224), str(work / "lite0"))
+    counter = ForwardCounter()
+    optmaster_module.search_precision = counter.around(optmaster_module.search_precision)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        started = time.perf_counter()
+        run(tmp / "plain", mixed_precision_candidates="")
+        plain = time.perf_counter() - started
+        searched = run(tmp / "search", mixed_precision_weight_bits=args.bits)
+        found = searched.report["mixed_precision_search"]
+        shard = searched.calibration_shard()
+        calib = sum(shard.size(u) for u in range(len(shard)))
+        layers = sum(OP_QUANTIZERS.get(n.type) is not None for n in searched.graph.nodes)
+        forwards = counter.samples / calib
+        print(f"plain run (AdaRound, no search): {plain:.1f} s; search: {found['seconds']:.1f} s "
+              f"({found['seconds'] / plain:.2f} x the plain run; target <= 3)")
+        print(f"whole-model forwards during the search: {forwards:.1f} over {calib} calibration samples "
+              f"(the search's own error measurements: {found['forwards']} over {found['samples']}); "
+              f"2L + 20 = {2 * layers + 20} (L = {layers})")
+        front = json.loads(Path(searched.report["mixed_precision_search"]["front"]).read_text())
+        points = front["points"]
+        picks = sorted({round(k * (len(points) - 1) / (args.points - 1)) for k in range(args.points)})
+        shard = searched.feed.shard(searched.metric_dataset, 50, "data")
+        val = [shard.graph_inputs(b) for _, b in shard.read()]
+        val_error = OutputError(searched.original or searched.graph, val)
+        rows = []
+        for i in picks:
+            p = points[i]
+            config = tmp / f"point{i}.json"
+            config.write_text(json.dumps(p["opt_config"]))
+            master = run(tmp / f"point{i}", mixed_precision_candidates="", opt_config=config)
+            rows.append((p["average_weight_bits"], p["predicted_error"], p["measured_error"], val_error(master.qgraph),
+                         master.report["metrics"]["quant"]["TopKMetric"]))
+        print(f"{'avg bits':>9} {'predicted':>10} {'measured':>10} {'val error':>10} {'val top-1':>9}")
+        for bits, predicted, measured, error, top1 in rows:
+            print(f"{bits:9.3f} {predicted:10.5f} {measured if measured is not None else float('nan'):10.5f} "
+                  f"{error:10.5f} {top1:9.3f}")
+        print(f"Spearman(predicted, val error) over {len(rows)} points: "
+              f"{spearman([r[1] for r in rows], [r[3] for r in rows]):.3f} (target >= 0.8)")
+
+
+if __name__ == "__main__":
+    main()
