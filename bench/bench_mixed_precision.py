@@ -8,10 +8,10 @@ activations, AdaRound, the search on the 100 calibration images; the model expor
 its work/ first when absent), with --bits as the average weight bits budget:
 1. a plain run: the same cfg without the search (mixed_precision_candidates empty);
 2. the run with the search: its seconds (the report's), and the whole-model forwards it
-   made, counted as samples through any graph's forward while the search ran (global
-   calibration's included) over the calibration set's size, against 2L + 20 (L: the
-   layers with a quantize function);
-3. --points points of the front, spread along it, each point's opt_config fed back (no
+   made: the samples through each layer while the search ran (global calibration's
+   layer-by-layer passes included) over the graph's layers times the calibration set's
+   size, against 2L + 20 (L: the layers with a quantize function);
+3. --points of the front's measured points, spread along it, each point's opt_config fed back (no
    search, AdaRound on its formats): the IR's relative output error and top-1 on the 500
    val images, and the Spearman rank correlation of predicted error with val error.
 Needs ../shared/data/imagenet_sample. Prints one table; nothing is asserted.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from npuopt import optmaster as optmaster_module  # noqa: E402
 from npuopt.config import load_config  # noqa: E402
-from npuopt.graph import PyGraph  # noqa: E402
+from npuopt.node import PyNode  # noqa: E402
 from npuopt.optmaster import OptMaster  # noqa: E402
 from npuopt.plugins import load_plugins  # noqa: E402
 from npuopt.precision_search import OutputError  # noqa: E402
@@ -41,17 +41,19 @@ LABELS = REPO.parent / "shared" / "data" / "imagenet_sample" / "labels.tsv"
 
 
 class ForwardCounter:
-    """Samples through PyGraph.forward while `counting`."""
+    """Layer executions while `counting`, as samples through each layer (PyNode.forward):
+    whole-model forwards are their sum over (layers x calibration samples), which counts
+    a global calibration method's layer-by-layer passes as well as PyGraph.forward's."""
 
     def __init__(self):
         self.samples, self.counting = 0, False
-        original = PyGraph.forward
+        original = PyNode.forward
 
-        def forward(graph, inputs, *args, **kwargs):
-            if self.counting and inputs:
-                self.samples += int(inputs[0].shape[0]) if inputs[0].dim() else 1
-            return original(graph, inputs, *args, **kwargs)
-        PyGraph.forward = forward
+        def forward(node, *args, **kwargs):
+            if self.counting and node.inputs and node.inputs[0].betensor.dim():
+                self.samples += int(node.inputs[0].betensor.shape[0])
+            return original(node, *args, **kwargs)
+        PyNode.forward = forward
 
     def around(self, fn):
         def counted(*args, **kwargs):
@@ -106,14 +108,14 @@ def main() -> None:
         shard = searched.calibration_shard()
         calib = sum(shard.size(u) for u in range(len(shard)))
         layers = sum(OP_QUANTIZERS.get(n.type) is not None for n in searched.graph.nodes)
-        forwards = counter.samples / calib
+        forwards = counter.samples / (sum(bool(n.inputs) for n in searched.graph.nodes) * calib)
         print(f"plain run (AdaRound, no search): {plain:.1f} s; search: {found['seconds']:.1f} s "
               f"({found['seconds'] / plain:.2f} x the plain run; target <= 3)")
         print(f"whole-model forwards during the search: {forwards:.1f} over {calib} calibration samples "
               f"(the search's own error measurements: {found['forwards']} over {found['samples']}); "
               f"2L + 20 = {2 * layers + 20} (L = {layers})")
         front = json.loads(Path(searched.report["mixed_precision_search"]["front"]).read_text())
-        points = front["points"]
+        points = [p for p in front["points"] if p["measured_error"] is not None]
         picks = sorted({round(k * (len(points) - 1) / (args.points - 1)) for k in range(args.points)})
         shard = searched.feed.shard(searched.metric_dataset, 50, "data")
         val = [shard.graph_inputs(b) for _, b in shard.read()]

@@ -46,28 +46,29 @@ def write_front(path: str, search, front, chosen, summary: dict, opt_config_path
 
 
 def write_plot(path: str, search, front, chosen) -> None:
-    """Left: each layer's error increase per format (the chosen format ringed); right: the
-    front, predicted and measured error against average weight bits."""
+    """Left: each layer's error increase per format below its top (ringed: the chosen one);
+    right: the front, predicted and measured error against average weight bits."""
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
     names = list(search.options)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
-    kinds = sorted({o.name for opts in search.options.values() for o in opts[1:]} |
-                   {opts[search.top[n]].name for n, opts in search.options.items()})
-    for kind in kinds:
-        xs = [k for k, n in enumerate(names) for o in search.options[n] if o.name == kind]
-        ys = [max(search.increase[n][i], 1e-12) for n in names for i, o in enumerate(search.options[n])
-              if o.name == kind]
-        left.plot(xs, ys, "o", markersize=3, label=kind)
-    ringed = [(k, max(search.increase[n][chosen.choice[n]], 1e-12)) for k, n in enumerate(names)]
-    left.plot([k for k, _ in ringed], [y for _, y in ringed], "o", markersize=8, markerfacecolor="none",
+    lower = [(k, n, i, o.name) for k, n in enumerate(names) for i, o in enumerate(search.options[n])
+             if i != search.top[n]]
+    positive = [search.increase[n][i] for _, n, i, _ in lower if search.increase[n][i] > 0]
+    floor = min(positive) / 10 if positive else 1e-12  # increases at or below 0 are drawn here
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 6))
+    for kind in sorted({kind for *_, kind in lower}):
+        picked = [(k, max(search.increase[n][i], floor)) for k, n, i, c in lower if c == kind]
+        left.plot([k for k, _ in picked], [y for _, y in picked], "o", markersize=4, label=kind)
+    ringed = [(k, max(search.increase[n][i], floor)) for k, n, i, _ in lower if chosen.choice[n] == i]
+    left.plot([k for k, _ in ringed], [y for _, y in ringed], "o", markersize=9, markerfacecolor="none",
               markeredgecolor="black", label="chosen")
     left.set_yscale("log")
-    left.set_xlabel("layer (graph order, layers with a choice)")
-    left.set_ylabel("output error increase")
-    left.set_title("per-layer sensitivity")
+    left.set_xticks(range(len(names)))
+    left.set_xticklabels(names, rotation=90, fontsize=5)
+    left.set_ylabel("output error increase over the top")
+    left.set_title("per-layer sensitivity (unringed layers keep their top format)")
     left.legend(fontsize=7)
     bits = [p.sizes.average_weight_bits for p in front]
     right.plot(bits, [max(p.predicted, 1e-12) for p in front], ".-", label="predicted")
