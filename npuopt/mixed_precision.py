@@ -146,7 +146,8 @@ def search_mixed_precision(master) -> None:
 
 
 def search_precision(master) -> None:
-    """The cfg's mixed_precision_candidates search on the run's plan (nothing when unset)."""
+    """The cfg's mixed_precision_candidates search (precision_search.py) on the run's plan,
+    which keeps the chosen settings; its front and plot written, its result in the report."""
     cfg = master.cfg
     candidates = parse_candidates(cfg.mixed_precision_candidates)
     if not candidates:
@@ -156,48 +157,37 @@ def search_precision(master) -> None:
     if not options:
         raise ConfigError(f"field 'mixed_precision_candidates': none of {cfg.mixed_precision_candidates} applies "
                           f"to a layer of the graph")
-    budgets = {k: float(getattr(cfg, field)) for k, field in BUDGETS.items()
-               if getattr(cfg, field) >= (0 if k == "conversions" else 1e-12)}
-    if "bitops" in budgets:
-        budgets["bitops"] *= 1e9  # the field counts giga bit-operations
+    budgets = {k: float(getattr(cfg, field)) * (1e9 if k == "bitops" else 1)  # the field counts giga bit-ops
+               for k, field in BUDGETS.items() if getattr(cfg, field) >= (0 if k == "conversions" else 1e-12)}
     search = PrecisionSearch(master.plan, options, budgets, cfg.mixed_precision_error)
     search.check_reachable()
     learn, skip = learning_batches(master)
     batches, samples = search_batches(master, skip)
     error_of = OutputError(master.graph, batches)
     if learn:
-        ctx = master.calibration_context()
-        ctx = dataclasses.replace(ctx, batches=lambda: itertools.islice(master.calibration_batches(), learn),
+        ctx = dataclasses.replace(master.calibration_context(),
+                                  batches=lambda: itertools.islice(master.calibration_batches(), learn),
                                   shard=lambda limit=None: master.calibration_shard(min(limit or learn, learn)))
         search.learn_roundings(lambda: gc.run_stage("after_calibration", master.methods, ctx))
     search.measure_sensitivities(error_of)
-    walk = search.walk()
-    front = search.front(walk)
-    chosen = search.choose(front)
-    if chosen not in front:  # refined off the walk: on the front, without the points it beats
-        size = search.size(chosen.choice)
-        front = sorted([p for p in front if not (size <= search.size(p.choice) and chosen.predicted <= p.predicted)]
-                       + [chosen], key=lambda p: (-search.size(p.choice), p.predicted))
-    chosen = front[front.index(chosen)]  # the front's own object, which gets measured
+    front, chosen = search.front_and_choice()
     for point in tqdm(spread(front, chosen, cfg.mixed_precision_points), desc="mixed precision: front points",
                       unit="point"):
         search.measure(point, error_of)
     search.put_back()  # the run's global calibration rounds the chosen formats
     master.plan.set_values(search.values_of(chosen.choice))
-    seconds = time.perf_counter() - started
-    layers = {name: search.options[name][i].name for name, i in chosen.choice.items()}
-    changed = {name: kind for name, kind in layers.items() if kind != AS_SET}
-    OPT_INFO(f"mixed precision: {len(front)} points on the front; chosen: {len(changed)} of {len(layers)} layers "
-             f"changed, {chosen.sizes.average_weight_bits:.3f} average weight bits, predicted output error "
-             f"{chosen.predicted:.4g}, measured {chosen.measured:.4g} ({error_of.forwards} forwards over {samples} "
-             f"calibration samples, {seconds:.1f} s)")
     summary = {"candidates": [c.name for c in candidates], "budgets": {BUDGETS[k]: v for k, v in budgets.items()},
                "samples": samples, "forwards": error_of.forwards, "global_calibrations": search.calibrations,
-               "seconds": round(seconds, 3),
-               "chosen": front.index(chosen), "layers": changed}
+               "seconds": round(time.perf_counter() - started, 3), "chosen": front.index(chosen),
+               "layers": {name: search.options[name][i].name for name, i in chosen.choice.items()
+                          if search.options[name][i].name != AS_SET}}
+    OPT_INFO(f"mixed precision: {len(front)} points on the front; chosen: {len(summary['layers'])} of {len(options)} "
+             f"layers changed, {chosen.sizes.average_weight_bits:.3f} average weight bits, predicted output error "
+             f"{chosen.predicted:.4g}, measured {chosen.measured:.4g} ({error_of.forwards} forwards over {samples} "
+             f"calibration samples, {summary['seconds']:.1f} s)")
     files = master.output_files
     write_front(master.outputs.stage("mixed precision front", files["mixed precision front"]), search, front,
-                chosen, summary, cfg.opt_config)
+                summary, cfg.opt_config)
     write_plot(master.outputs.stage("mixed precision plot", files["mixed precision plot"]), search, front, chosen)
     master.report["mixed_precision_search"] = {**summary, "predicted_error": chosen.predicted,
                                                "measured_error": chosen.measured, **chosen.sizes.as_dict(),

@@ -27,7 +27,7 @@ def _plain(value):
     return value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
-def write_front(path: str, search, front, chosen, summary: dict, opt_config_path: str) -> None:
+def write_front(path: str, search, front, summary: dict, opt_config_path: str) -> None:
     user_config = {}
     if opt_config_path and os.path.isfile(opt_config_path):
         with open(opt_config_path, encoding="utf-8") as f:

@@ -24,7 +24,7 @@ With global calibration methods after calibration, the options that lower a laye
 weight bits are measured with the roundings those methods give them, learned on half
 the calibration batches (learn_roundings) and measured on the other half."""
 import dataclasses
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from tqdm import tqdm
@@ -116,7 +116,7 @@ class PrecisionSearch:
         self._scale = self.sizes(self.top)
         self.top_error = 0.0
         self.increase: Dict[str, List[float]] = {}
-        self.original = {n.name: plan.layer_state(n.name) for n in plan.graph.nodes}
+        self.original: Dict[str, tuple] = {}  # every layer's state before global calibration ran in the search
         self.learned: Dict[Tuple[str, int], tuple] = {}  # (layer, option) -> its state after global calibration
         self.calibrations = 0
 
@@ -176,7 +176,9 @@ class PrecisionSearch:
             for i, o in enumerate(opts):
                 if name in self.costs.params and weight_bits_of(o.settings) < top:
                     lowering.setdefault(o.name, {})[name] = i
-        for kind, choice in lowering.items():
+        if lowering:
+            self.original = {n.name: self.plan.layer_state(n.name) for n in self.plan.graph.nodes}
+        for choice in lowering.values():
             self.plan.set_values(self.values_of({**self.top, **choice}))
             calibrate()
             self.calibrations += 1
@@ -189,8 +191,14 @@ class PrecisionSearch:
             self.plan.restore_layer_state(name, state)
         self.plan.forget()
 
-    def state_of(self, name: str, i: int) -> tuple:
-        return self.learned.get((name, i), self.original[name])
+    def state_of(self, name: str, i: int) -> Optional[tuple]:
+        """What global calibration planned for a layer's option (None: nothing ran)."""
+        return self.learned.get((name, i), self.original.get(name))
+
+    def restore(self, name: str, i: int) -> None:
+        state = self.state_of(name, i)
+        if state is not None:
+            self.plan.restore_layer_state(name, state)
 
     def measure_sensitivities(self, error_of) -> None:
         plan = self.plan
@@ -207,7 +215,7 @@ class PrecisionSearch:
     def set_option(self, name: str, i: int) -> None:
         """One layer's option in the plan, which quantizes again the layers it reaches."""
         now, values = self.plan.values[name], self.options[name][i].values
-        self.plan.restore_layer_state(name, self.state_of(name, i))
+        self.restore(name, i)
         self.plan.change(name, **{k: v for k, v in values.items() if now.get(k) != v})
 
     def predicted(self, choice: Dict[str, int]) -> float:
@@ -215,7 +223,7 @@ class PrecisionSearch:
 
     def measure(self, point: Point, error_of) -> None:
         for name, i in point.choice.items():
-            self.plan.restore_layer_state(name, self.state_of(name, i))
+            self.restore(name, i)
         self.plan.set_values(self.values_of(point.choice))
         point.measured = error_of(self.plan.realised())
 
@@ -257,6 +265,18 @@ class PrecisionSearch:
                 best = p.predicted
         return kept[::-1]
 
+    def front_and_choice(self) -> Tuple[List[Point], Point]:
+        """The front of the walk and the point chosen on it (refined off the walk: put on
+        the front, without the points it beats)."""
+        walk = self.walk()
+        front = self.front(walk)
+        chosen = self.choose(front)
+        if chosen not in front:
+            size = self.size(chosen.choice)
+            front = sorted([p for p in front if not (size <= self.size(p.choice) and chosen.predicted <= p.predicted)]
+                           + [chosen], key=lambda p: (-self.size(p.choice), p.predicted))
+        return front, front[front.index(chosen)]  # the front's own object, which gets measured
+
     def choose(self, front: List[Point]) -> Point:
         fits = [p for p in front if all(getattr(p.sizes, k) <= b for k, b in self.budgets.items())]
         if not fits:  # the walk ends at the bottom, which check_reachable found within every budget
@@ -295,7 +315,7 @@ class PrecisionSearch:
                 a, b = divmod(flat, len(moves) + 1)
                 if total[a, b] >= -1e-15 or tried > 64:
                     return choice
-                step = {moves[a][0]: moves[a][1]} if b == 0 else {moves[a][0]: moves[a][1], moves[b - 1][0]: moves[b - 1][1]}
+                step = dict([moves[a]] + ([moves[b - 1]] if b else []))
                 estimate = base + delta[a] + (delta[b - 1] if b else 0)
                 if bool((estimate > limit).any()):
                     continue
