@@ -114,8 +114,8 @@ def naive_search(plan, score_of, batches: int, threshold: float, less: bool) -> 
             "evaluations": search.evaluations}
 
 
-def check_search_data(cfg) -> None:
-    """The searches need their data, and npuopt's a budget (before any work is done)."""
+def check_search_data(cfg, parallel: bool = False) -> None:
+    """The searches need their data, npuopt's a budget and one process (before any work is done)."""
     if cfg.mixed_precision_auto_search[0] > 0 and not (cfg.dataset and cfg.data and cfg.metric):
         raise ConfigError("field 'mixed_precision_auto_search': the search scores the model with the first metric on "
                           "the metric data: set 'dataset', 'data' and 'metric'")
@@ -127,6 +127,9 @@ def check_search_data(cfg) -> None:
     if not (cfg.dataset and cfg.calibration_data):
         raise ConfigError("field 'mixed_precision_candidates': the search measures on the calibration data: set "
                           "'dataset' and 'calibration_data'")
+    if parallel:
+        raise ConfigError("field 'mixed_precision_candidates': the search runs in one process (each rank reads its "
+                          "own calibration batches); run it without torchrun")
     if not (cfg.mixed_precision_weight_bits or cfg.mixed_precision_weight_bytes or cfg.mixed_precision_bitops or
             cfg.mixed_precision_conversions >= 0 or cfg.mixed_precision_error):
         raise ConfigError("field 'mixed_precision_candidates': set a budget (mixed_precision_weight_bits, "

@@ -140,7 +140,7 @@ class OptMaster:
         if self.cfg.dataset:
             set_batch_dims(self.cfg)
         check_calibration_data(self.feed)
-        check_search_data(self.cfg)
+        check_search_data(self.cfg, self.ranks.parallel)
         if self.cfg.dataset and self.cfg.data:
             self.metric_dataset = open_metric_data(self.feed)
 

@@ -4,10 +4,10 @@ the search against exhaustive references on tiny_cnn, and the front fed back."""
 import itertools
 import json
 
+import numpy as np
 import pytest
 import torch
 
-from npuopt.config import load_config
 from npuopt.errors import ConfigError
 from npuopt.ir import read_graph
 from npuopt.optmaster import OptMaster
@@ -16,7 +16,7 @@ from npuopt.quant.compare import dequantized
 from npuopt.quant.precision_costs import Costs
 from npuopt.quant.settings import QuantSettings
 from npuopt.registry import BOUNDARY_TYPES
-from test_opt_cfg import EXAMPLE, tiny
+from test_opt_cfg import EXAMPLE, ir_layers, tiny
 
 WEIGHTED = ["conv1", "dw", "pw", "branch_a", "branch_b", "head"]
 
@@ -27,6 +27,17 @@ def search_run(tmp_path, out="out", **fields):
     report = OptMaster(cfg).run()
     front = json.loads((tmp_path / out / "tiny_cnn_mixed_precision.json").read_text())
     return report, front
+
+
+def assert_fed_back_identical(tmp_path, opt_config: dict, **fields):
+    """A point's opt_config, given to a run without the search, writes the search run's IR (tmp_path/out)."""
+    config = tmp_path / "chosen.json"
+    config.write_text(json.dumps(opt_config))
+    OptMaster(tiny(tmp_path, **{"global_calibration": "none", "opt_config": config,
+                                "output_dir": tmp_path / "again", **fields})).run()
+    for suffix in ("_o.txt", "_o.bin"):
+        assert (tmp_path / "again" / f"tiny_cnn{suffix}").read_bytes() == \
+            (tmp_path / "out" / f"tiny_cnn{suffix}").read_bytes()
 
 
 # ---- candidates ------------------------------------------------------------------------
@@ -108,7 +119,7 @@ def test_the_search_chooses_the_least_predicted_error_within_the_budget(tmp_path
     assert sizes == sorted(sizes, reverse=True) and errors == sorted(errors)
     chosen = front["points"][front["chosen"]]
     assert chosen["average_weight_bits"] <= 5 and found["average_weight_bits"] == chosen["average_weight_bits"]
-    params = {n: w for n, w in zip(WEIGHTED, _params(tmp_path))}
+    params = {n: w for n, w in zip(WEIGHTED, _params())}
     total = sum(params.values())
     best = min(top + sum(sens[n]["w4"] for n in low)
                for k in range(len(WEIGHTED) + 1) for low in itertools.combinations(WEIGHTED, k)
@@ -118,7 +129,7 @@ def test_the_search_chooses_the_least_predicted_error_within_the_budget(tmp_path
     for name in WEIGHTED:
         assert template[name]["weight_bits"] == (4 if name in chosen["formats"] else 8)
     # no global calibration: the written IR computes the chosen point's measured error
-    assert _output_error(tmp_path, tmp_path / "out" / "tiny_cnn_o.txt") == pytest.approx(chosen["measured_error"],
+    assert _output_error(tmp_path / "out" / "tiny_cnn_o.txt") == pytest.approx(chosen["measured_error"],
                                                                                          rel=1e-9)
     assert found["forwards"] == 2 + len(WEIGHTED) + len(front["points"])
     assert (tmp_path / "out" / "tiny_cnn_mixed_precision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -136,12 +147,7 @@ def test_an_error_budget_takes_the_smallest_point_within_it(tmp_path):
 def test_the_chosen_opt_config_fed_back_gives_the_same_ir(tmp_path):
     """Acceptance 5: the chosen point's opt_config, with the search off, writes the same bytes."""
     _, front = search_run(tmp_path, mixed_precision_weight_bits="6")
-    config = tmp_path / "chosen.json"
-    config.write_text(json.dumps(front["points"][front["chosen"]]["opt_config"]))
-    OptMaster(tiny(tmp_path, global_calibration="none", opt_config=config, output_dir=tmp_path / "again")).run()
-    for suffix in ("_o.txt", "_o.bin"):
-        assert (tmp_path / "again" / f"tiny_cnn{suffix}").read_bytes() == \
-            (tmp_path / "out" / f"tiny_cnn{suffix}").read_bytes()
+    assert_fed_back_identical(tmp_path, front["points"][front["chosen"]]["opt_config"])
 
 
 def test_float_and_activation_candidates_weigh_conversions(tmp_path):
@@ -170,14 +176,33 @@ def test_searches_that_cannot_run_stop_with_one_line(tmp_path, fields, message):
     assert not (tmp_path / "out" / "tiny_cnn_o.txt").exists()
 
 
-def _params(tmp_path):
+def test_weight_only_candidates_keep_layers_in_float16_with_4_bit_blocks(tmp_path):
+    """`float16_w4b32`: the chosen layers compute in float16 with 4-bit weights in blocks of
+    32 (what the IR says of them), within the budget; fed back, the same IR."""
+    _, front = search_run(tmp_path, mixed_precision_candidates="float16_w4b32", mixed_precision_weight_bits="6")
+    chosen = front["points"][front["chosen"]]
+    assert chosen["formats"] and set(chosen["formats"].values()) == {"float16_w4b32"}
+    assert chosen["average_weight_bits"] <= 6 and chosen["conversions"] > 0
+    layers = ir_layers(tmp_path / "out" / "tiny_cnn_o.txt")
+    for name in chosen["formats"]:
+        assert layers[name]["layer_top_type"] == "[float16]" and layers[name]["weight_block_size"] == "32", name
+    assert_fed_back_identical(tmp_path, chosen["opt_config"])
+
+
+def test_the_search_refuses_a_job_of_several_ranks(tmp_path):
+    from npuopt.ranks import Ranks
+    cfg = tiny(tmp_path, global_calibration="none", mixed_precision_candidates="w4", mixed_precision_weight_bits="6")
+    with pytest.raises(ConfigError, match=r"the search runs in one process"):
+        OptMaster(cfg, Ranks(0, 2)).run()
+
+
+def _params():
     graph = read_graph(str(EXAMPLE / "tiny_cnn.txt"), str(EXAMPLE / "tiny_cnn.bin"))
     return [graph.node(n).constants["weights"].betensor.numel() for n in WEIGHTED]
 
 
-def _output_error(tmp_path, ir) -> float:
+def _output_error(ir) -> float:
     """The relative output error of a quantized IR on tiny_cnn's calibration data, as the search measures it."""
-    import numpy as np
     qgraph = read_graph(str(ir), str(ir.with_suffix(".bin")))
     graph = read_graph(str(EXAMPLE / "tiny_cnn.txt"), str(EXAMPLE / "tiny_cnn.bin"))
     x = torch.from_numpy(np.load(EXAMPLE / "data.npy")).float()
@@ -202,9 +227,4 @@ def test_global_calibration_rounds_the_options_the_search_measures(tmp_path):
     learned = {n: v["w4"] for n, v in front["sensitivity"].items()}
     rounded = {n: v["w4"] for n, v in nearest["sensitivity"].items()}
     assert sum(learned.values()) < sum(rounded.values())
-    config = tmp_path / "chosen.json"
-    config.write_text(json.dumps(front["points"][front["chosen"]]["opt_config"]))
-    OptMaster(tiny(tmp_path, global_calibration="adaround", opt_config=config, output_dir=tmp_path / "again")).run()
-    for suffix in ("_o.txt", "_o.bin"):
-        assert (tmp_path / "again" / f"tiny_cnn{suffix}").read_bytes() == \
-            (tmp_path / "out" / f"tiny_cnn{suffix}").read_bytes()
+    assert_fed_back_identical(tmp_path, front["points"][front["chosen"]]["opt_config"], global_calibration="adaround")
