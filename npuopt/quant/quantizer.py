@@ -207,8 +207,9 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
 
 
 def count_boundaries(graph, keep_float: Set[str], settings) -> int:
-    """How many Quantize/DeQuantize layers the quantized graph of these settings gets
-    (a search weighs them without building the graph)."""
+    """How many Quantize/DeQuantize layers the quantized graph of these settings gets (a
+    search weighs them without building the graph; a layer whose quantize function turns
+    out Unsupported while building adds its own)."""
     made = set()
     for node, i, conversions in _boundaries(graph, keep_float, settings):
         key = node.inputs[i].name
