@@ -405,7 +405,8 @@ register_field("mixed_precision_error", "0", _float_in(0, float("inf")),
                "calibration samples; the smallest point predicted within it is chosen (0: none)",
                "a number, 0 or more")
 register_field("mixed_precision_samples", "128", _int_in(0, 1 << 30),
-               "calibration samples the mixed-precision search measures on, held in memory (0: all)",
+               "calibration samples the mixed-precision search measures on, held in memory (0: all); with global "
+               "calibration after calibration, taken after the first half of the batches, where it learns roundings",
                "an integer, 0 or more")
 register_field("mixed_precision_points", "12", _int_in(3, 1000),
                "points of the mixed-precision front measured and written (the chosen one among them)",

@@ -36,7 +36,6 @@ from .quant.compare import dequantized
 from .quant.precision_costs import Costs, Sizes, activation_bits_of, weight_bits_of
 from .quant.quantizer import stays_float
 from .quant.settings import QuantSettings
-from .quant.tensors import WEIGHT_ONLY_TYPES
 from .registry import BOUNDARY_TYPES
 
 AS_SET = "as set"
@@ -84,18 +83,18 @@ class OutputError:
 
 
 def layer_options(plan, candidates) -> Dict[str, List[Option]]:
-    """Each layer's options: its settings as set, then the candidates that apply to it and change it."""
-    out = {}
+    """Each layer's options: its settings as set, then the candidates that apply to it and
+    change it (weight candidates: the linear layers whose weights Costs counts)."""
+    out, costs = {}, Costs(plan.graph)
     for node in plan.graph.nodes:
         base = plan.values[node.name]
         st = plan.settings[node.name]
         if node.type in BOUNDARY_TYPES or stays_float(node, plan.settings) or st.fp8_activations:
             continue
         options = [Option(AS_SET, dict(base), st)]
-        weighted = "weights" in node.constants and st.weight_type == "int"
+        weighted = node.name in costs.params and st.weight_type == "int"
         for c in candidates:
-            if c.weight_only and node.type not in WEIGHT_ONLY_TYPES or c.needs_weights and not weighted or \
-                    c.needs_computing and node.type in SHAPE_ONLY_TYPES:
+            if c.needs_weights and not weighted or c.needs_computing and node.type in SHAPE_ONLY_TYPES:
                 continue
             values = {**base, **c.settings}
             if any(values == o.values for o in options):

@@ -50,7 +50,7 @@ def test_candidates_name_the_settings_they_set():
     c = parse_candidate("bfloat16_w4b32")
     assert c.settings == {"weight_bits": 4, "trigger_float_op": "bfloat16_act_int_wht",
                           "quantize_method_for_weight": "per_block_asymmetric", "weight_block_size": 32}
-    assert c.weight_only and c.needs_weights and not c.needs_computing
+    assert c.needs_weights and not c.needs_computing
     assert [x.name for x in parse_candidates(" w4, w8 float32 ")] == ["w4", "w8", "float32"]
     for bad in ("w1", "w17", "a4", "float8", "w4b32", "int4"):
         with pytest.raises(ValueError):
@@ -133,6 +133,23 @@ def test_the_search_chooses_the_least_predicted_error_within_the_budget(tmp_path
                                                                                          rel=1e-9)
     assert found["forwards"] == 2 + len(WEIGHTED) + len(front["points"])
     assert (tmp_path / "out" / "tiny_cnn_mixed_precision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("field, size, fraction", [("mixed_precision_weight_bytes", "weight_bytes", 0.6),
+                                                    ("mixed_precision_bitops", "bitops", 0.7)])
+def test_bytes_and_bitops_budgets_bound_the_chosen_point(tmp_path, field, size, fraction):
+    """A budget of a fraction of the 8-bit model's weight bytes (bit-operations, in giga; all
+    4-bit: half of either): the chosen point is within it, and no front point within it
+    predicts less error."""
+    costs = Costs(read_graph(str(EXAMPLE / "tiny_cnn.txt"), str(EXAMPLE / "tiny_cnn.bin")))
+    largest = costs.total_params if size == "weight_bytes" else 64 * sum(costs.macs.values())
+    budget = fraction * largest / (1e9 if size == "bitops" else 1)
+    _, front = search_run(tmp_path, **{field: f"{budget:.12g}"})
+    chosen = front["points"][front["chosen"]]
+    limit = budget * (1e9 if size == "bitops" else 1)
+    assert chosen[size] <= limit * (1 + 1e-9)
+    assert chosen["predicted_error"] == min(p["predicted_error"] for p in front["points"]
+                                            if p[size] <= limit * (1 + 1e-9))
 
 
 def test_an_error_budget_takes_the_smallest_point_within_it(tmp_path):

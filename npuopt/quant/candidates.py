@@ -30,14 +30,6 @@ class Candidate:
         return dict(self.values)
 
     @property
-    def float_mode(self) -> str:
-        return self.settings.get("trigger_float_op", "")
-
-    @property
-    def weight_only(self) -> bool:
-        return self.float_mode.endswith("_act_int_wht")
-
-    @property
     def needs_weights(self) -> bool:
         """Applies to layers with weights only (it sets their bits, or weight-only)."""
         return "weight_bits" in self.settings

@@ -3,8 +3,9 @@ without building or running anything: the average weight bits (weighted by param
 count), the weight bytes, a bit-operations estimate and the number of
 Quantize/DeQuantize layers.
 
-Weight bits are the stored format's: the integer bits, 8 (4) for fp8 (fp4) weights,
-16/32 for a layer kept in float. Bit-operations are, per sample, each weighted layer's
+Weights are those of the linear layer types (convolutions, fully connected: a
+normalization's scale is not counted). Weight bits are the stored format's: the integer
+bits, 8 (4) for fp8 (fp4) weights, 16/32 for a layer kept in float. Bit-operations are, per sample, each weighted layer's
 multiply-accumulates (its weights times its output positions) times its weight bits
 times the bits of the activations it reads (its first input's producer's); scales,
 zero points and biases are not counted."""
@@ -15,6 +16,7 @@ from typing import Dict
 
 from .quantizer import count_boundaries, stays_float
 from .settings import QuantSettings
+from .tensors import WEIGHT_ONLY_TYPES as LINEAR_TYPES  # the layer types whose weights count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Costs:
         self.reads: Dict[str, str] = {}
         for node in graph.nodes:
             w = node.constants.get("weights")
-            if w is None or not node.outputs:
+            if w is None or not node.outputs or node.type not in LINEAR_TYPES:
                 continue
             self.params[node.name] = w.betensor.numel()
             out = node.outputs[0].ir_shape
