@@ -22,7 +22,9 @@ template and IR carry them.
 
 With global calibration methods after calibration, the options that lower a layer's
 weight bits are measured with the roundings those methods give them, learned on half
-the calibration batches (learn_roundings) and measured on the other half."""
+the calibration batches (learn_roundings) and measured on the other half. Inputs of
+16-bit mean/variance layers are widened as the run widens them after the search
+(quant/norm_inputs.py) for every measured choice."""
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
@@ -33,6 +35,7 @@ from .config import SHAPE_ONLY_TYPES
 from .errors import ConfigError
 from .logger import OPT_WARN
 from .quant.compare import dequantized
+from .quant.norm_inputs import norm_inputs, widen_norm_inputs
 from .quant.precision_costs import Costs, Sizes, activation_bits_of, weight_bits_of
 from .quant.quantizer import stays_float
 from .quant.settings import QuantSettings
@@ -115,6 +118,7 @@ class PrecisionSearch:
         self._scale = self.sizes(self.top)
         self.top_error = 0.0
         self.increase: Dict[str, List[float]] = {}
+        self.norm_inputs = [(t, src.name, t.ranges_set) for t, src in norm_inputs(plan.graph)]
         self.original: Dict[str, tuple] = {}  # every layer's state before global calibration ran in the search
         self.learned: Dict[Tuple[str, int], tuple] = {}  # (layer, option) -> its state after global calibration
         self.calibrations = 0
@@ -188,7 +192,18 @@ class PrecisionSearch:
         """The float graph as before the search (its layers' planned roundings, constants, ranges)."""
         for name, state in self.original.items():
             self.plan.restore_layer_state(name, state)
+        for t, _, ranges in self.norm_inputs:
+            t.ranges_set = ranges
         self.plan.forget()
+
+    def widen_norm_inputs(self) -> None:
+        """The 16-bit mean/variance layers' inputs widened as the run will widen them after the
+        search (quant/norm_inputs.py), for the settings the plan has now."""
+        if self.norm_inputs:
+            for t, _, ranges in self.norm_inputs:
+                t.ranges_set = ranges
+            self.plan.replan(*{name for _, name, _ in self.norm_inputs})
+            widen_norm_inputs(self.plan)
 
     def state_of(self, name: str, i: int) -> Optional[tuple]:
         """What global calibration planned for a layer's option (None: nothing ran)."""
@@ -202,6 +217,7 @@ class PrecisionSearch:
     def measure_sensitivities(self, error_of) -> None:
         plan = self.plan
         plan.set_values({name: self.options[name][i].values for name, i in self.top.items()})
+        self.widen_norm_inputs()
         self.top_error = error_of(plan.realised())
         trials = [(name, i) for name, opts in self.options.items() for i in range(len(opts)) if i != self.top[name]]
         for name in self.options:
@@ -216,6 +232,7 @@ class PrecisionSearch:
         now, values = self.plan.values[name], self.options[name][i].values
         self.restore(name, i)
         self.plan.change(name, **{k: v for k, v in values.items() if now.get(k) != v})
+        self.widen_norm_inputs()
 
     def predicted(self, choice: Dict[str, int]) -> float:
         return self.top_error + sum(self.increase[name][i] for name, i in choice.items())
@@ -224,6 +241,7 @@ class PrecisionSearch:
         for name, i in point.choice.items():
             self.restore(name, i)
         self.plan.set_values(self.values_of(point.choice))
+        self.widen_norm_inputs()
         point.measured = error_of(self.plan.realised())
 
     def values_of(self, choice: Dict[str, int]) -> Dict[str, dict]:

@@ -19,21 +19,23 @@ NORM_TYPES = ("LayerNorm", "GroupNorm", "InstanceNorm", "MVN")
 BALANCED_STEPS = 2 ** 7.5   # sigma in input steps where the errors of d and of g balance
 
 
-def widen_norm_inputs(plan) -> None:
-    """Plan the widened ranges (tensors.plan_activation_range) on the plan's float graph."""
-    graph, widened = plan.graph, []
+def norm_inputs(graph) -> list:
+    """(tensor, its producer) of every mean/variance layer's input that only such layers read."""
     producer = {t.name: n for n in graph.nodes for t in n.outputs}
     readers = {}
     for node in graph.nodes:
         for t in node.inputs:
             readers.setdefault(t.name, []).append(node)
-    for node in graph.nodes:
-        if node.type not in NORM_TYPES or not node.inputs:
-            continue
-        t = node.inputs[0]
-        src = producer.get(t.name)
-        if src is None or t.planned_range is not None or t.statistics is None or t.statistics.empty or \
-                any(r.type not in NORM_TYPES for r in readers[t.name]):
+    return [(node.inputs[0], producer[node.inputs[0].name]) for node in graph.nodes
+            if node.type in NORM_TYPES and node.inputs and node.inputs[0].name in producer and
+            all(r.type in NORM_TYPES for r in readers[node.inputs[0].name])]
+
+
+def widen_norm_inputs(plan) -> None:
+    """Plan the widened ranges (tensors.plan_activation_range) on the plan's float graph."""
+    widened = []
+    for t, src in norm_inputs(plan.graph):
+        if t.planned_range is not None or t.statistics is None or t.statistics.empty:
             continue
         st = settings_of(src)
         if st.activation_bits <= 8 or st.trigger_float_op or st.fp8_activations:
