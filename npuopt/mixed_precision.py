@@ -28,6 +28,7 @@ from .precision_report import write_front, write_plot
 from .precision_search import AS_SET, BUDGETS, OutputError, PrecisionSearch, layer_options, spread
 from .quant import global_calibration as gc
 from .quant.candidates import parse_candidates
+from .quant.precision_costs import Costs
 
 WIDE = dict(activation_bits=16, weight_bits=16, bias_bits=48, lut_items_in_bits=10)
 FLOAT = dict(trigger_float_op="float32_preferred")
@@ -156,13 +157,14 @@ def search_precision(master) -> None:
     if not candidates:
         return
     started = time.perf_counter()
-    options = layer_options(master.plan, candidates)
+    costs = Costs(master.graph)
+    options = layer_options(master.plan, candidates, costs)
     if not options:
         raise ConfigError(f"field 'mixed_precision_candidates': none of {cfg.mixed_precision_candidates} applies "
                           f"to a layer of the graph")
     budgets = {k: float(getattr(cfg, field)) * (1e9 if k == "bitops" else 1)  # the field counts giga bit-ops
                for k, field in BUDGETS.items() if getattr(cfg, field) >= (0 if k == "conversions" else 1e-12)}
-    search = PrecisionSearch(master.plan, options, budgets, cfg.mixed_precision_error)
+    search = PrecisionSearch(master.plan, costs, options, budgets, cfg.mixed_precision_error)
     search.check_reachable()
     learn, skip = learning_batches(master)
     batches, samples = search_batches(master, skip)

@@ -85,10 +85,10 @@ class OutputError:
         return float((errors / powers.clamp(min=1e-30)).mean())
 
 
-def layer_options(plan, candidates) -> Dict[str, List[Option]]:
+def layer_options(plan, candidates, costs: Costs) -> Dict[str, List[Option]]:
     """Each layer's options: its settings as set, then the candidates that apply to it and
     change it (weight candidates: the linear layers whose weights Costs counts)."""
-    out, costs = {}, Costs(plan.graph)
+    out = {}
     for node in plan.graph.nodes:
         base = plan.values[node.name]
         st = plan.settings[node.name]
@@ -109,9 +109,10 @@ def layer_options(plan, candidates) -> Dict[str, List[Option]]:
 
 
 class PrecisionSearch:
-    def __init__(self, plan, options: Dict[str, List[Option]], budgets: Dict[str, float], error_budget: float):
+    def __init__(self, plan, costs: Costs, options: Dict[str, List[Option]], budgets: Dict[str, float],
+                 error_budget: float):
         self.plan, self.options, self.budgets, self.error_budget = plan, options, budgets, error_budget
-        self.costs = Costs(plan.graph)
+        self.costs = costs
         self.fixed = dict(plan.settings)
         self.top = {name: max(range(len(opts)), key=lambda i: (self.precision(name, opts[i]), -i))
                     for name, opts in options.items()}
