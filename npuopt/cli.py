@@ -126,7 +126,7 @@ def _run(cfg_path, overrides) -> None:
     from . import ranks
     from .logger import set_quiet
     from .memory import map_large_blocks_apart
-    from .optmaster import OptMaster, select_device
+    from .optmaster import OptMaster
     from .plugins import load_plugins
 
     map_large_blocks_apart()
@@ -140,7 +140,7 @@ def _run(cfg_path, overrides) -> None:
     cfg = load_config(cfg_path, pairs)
     with _signals_interrupt():
         global _job
-        _job = ranks.from_environment(select_device(cfg.device).type)
+        _job = ranks.from_environment(ranks.select_device(cfg.device).type)
         if not _job.main:  # rank 0 says how the job goes
             set_quiet()
         report = OptMaster(cfg, _job).run()
@@ -189,7 +189,8 @@ def _print_plugins() -> None:
     load_plugins()
     click.echo("plugin folders: " + ", ".join(plugin_dirs()))
     sections = [("op forward", OP_FORWARDS), ("op quantize", OP_QUANTIZERS),
-                ("dataset", PLUGINS[PluginType.Dataset]), ("metric", PLUGINS[PluginType.Metric])]
+                ("dataset", PLUGINS[PluginType.Dataset]), ("metric", PLUGINS[PluginType.Metric]),
+                ("train", PLUGINS[PluginType.Train])]
     for kind, registry in sections:
         for reg in registry.all():
             active = "" if registry.best(reg.key) is reg else "  (overridden)"

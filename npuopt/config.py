@@ -411,6 +411,22 @@ register_field("mixed_precision_samples", "128", _int_in(0, 1 << 30),
 register_field("mixed_precision_points", "12", _int_in(3, 1000),
                "points of the mixed-precision front measured and written (the chosen one among them)",
                "an integer from 3 to 1000")
+# quantization-aware fine-tuning (OPT's QAT names where they mean the same; npuopt/fine_tuning.py)
+register_field("train_data", "", as_text,
+               "data to fine-tune the quantized model on, read by the dataset plugin; when set, fine-tuning runs after "
+               "calibration (and global calibration), through the exact integer forward", "a file path", is_path=True)
+register_field("train_label", "", as_text, "labels of train_data (only a train plugin's loss reads them; npuopt's own "
+               "fine-tuning distills the float model's outputs)", "a file path", is_path=True)
+register_field("train_batch_size", "16", _int_in(1, 1 << 16), "samples per fine-tuning step", "an integer >= 1")
+register_field("train_shuffle", "true", _bool, "shuffle train_data each epoch (a fixed seed per epoch)", _B)
+register_field("train", "", as_text, "a Train plugin (OPT's QAT training loop, see npuopt --plugin) called with the "
+               "trainable quantized model and a DataLoader of train_data/train_label; empty: npuopt's distillation",
+               "a Train plugin name, optionally with args: MyLoop or MyLoop(3,0.1)")
+register_field("train_epochs", "8", _int_in(1, 1 << 20), "epochs of npuopt's fine-tuning over train_data",
+               "an integer >= 1")
+register_field("train_learning_rate", "0.01", _float_in(0, float("inf")),
+               "Adam's learning rate of npuopt's fine-tuning, in steps of each weight's grid (and of each output's "
+               "grid for the biases), decayed to 0 along a cosine", "a number, 0 or more")
 register_field("dump", "false", _bool, "write every tensor of the first batch as .npy into dump_dir", _B)
 register_field("dump_dir", "", as_text, "folder for dumps; default: <output_dir>/dump", "a folder path", is_path=True)
 register_field("device", "auto", _choice("cpu", "cuda", "auto"), "where forwards run: cpu, cuda, or auto (cuda when available)", "cpu, cuda, auto")

@@ -16,6 +16,18 @@ from .registry import OP_FORWARDS, OP_QUANTIZERS, plugin_code
 from .tensor import PyTensor, opt_form
 
 _MISSING = object()
+_OBSERVING = [True]
+
+
+@contextlib.contextmanager
+def observing_placeholders(on: bool):
+    """Whether float forwards gather their placeholders' statistics (fine-tuning's
+    forwards must not move what calibration measured)."""
+    was, _OBSERVING[0] = _OBSERVING[0], on
+    try:
+        yield
+    finally:
+        _OBSERVING[0] = was
 
 # attrs the Compass Optimizer's framework sets on every layer, derived here from what
 # npuopt knows: the layer's effective settings (cfg + opt_config, with the cfg fields
@@ -214,7 +226,7 @@ class PyNode:
             for t in self.outputs:  # a float16/bfloat16 top holds values of its type
                 if t.dtype in (Dtype.FP16, Dtype.BFP16) and t.betensor.is_floating_point():
                     t.betensor = fit_float(t.betensor, t.dtype)
-            if self.placeholders:
+            if self.placeholders and _OBSERVING[0]:
                 self._observe_placeholders()
         return out
 

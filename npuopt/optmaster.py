@@ -19,6 +19,7 @@ from .data_checks import check_calibration_data, open_metric_data
 from .errors import ConfigError
 from .evaluation import evaluate
 from .feed import Feed
+from .fine_tuning import check_training_data, fine_tune
 from .ir import read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
 from .mixed_precision import check_search_data, search_mixed_precision, search_precision
@@ -33,15 +34,7 @@ from .quant.plan import QuantPlan
 from .quant.settings import write_template
 from .quant.statistics import load_statistics_file, save_statistics
 from .quant.unify_scales import unify_scales
-from .ranks import Ranks
-
-
-def select_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("field 'device': cuda was asked for, but torch sees no CUDA device")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
+from .ranks import Ranks, select_device
 
 
 class OptMaster:
@@ -141,6 +134,7 @@ class OptMaster:
             set_batch_dims(self.cfg)
         check_calibration_data(self.feed)
         check_search_data(self.cfg, self.ranks.parallel)
+        check_training_data(self.cfg, self.ranks.parallel)
         if self.cfg.dataset and self.cfg.data:
             self.metric_dataset = open_metric_data(self.feed)
 
@@ -228,9 +222,8 @@ class OptMaster:
         calls = [c for c in self.methods if c.method.stage == stage]
         if not calls:
             return
-        if self.original is None and any(c.method.edits_float for c in calls):
-            # the float model as read stays the reference of the metrics and similarity
-            self.original = copy.deepcopy(self.graph)
+        if any(c.method.edits_float for c in calls):
+            self.keep_original()
         started = time.perf_counter()
         ran = gc.run_stage(stage, calls, self.calibration_context())
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
@@ -239,12 +232,19 @@ class OptMaster:
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)
 
+    def keep_original(self):
+        """The float model as read, kept before a stage edits it: the metrics' reference."""
+        if self.original is None:
+            self.original = copy.deepcopy(self.graph)
+        return self.original
+
     def after_calibration(self) -> None:
         search_precision(self)  # global calibration then rounds the chosen formats
         self.global_calibration("after_calibration")
         unify_scales(self.cfg, self.graph, self.plan)
         widen_norm_inputs(self.plan)
         search_mixed_precision(self)
+        fine_tune(self)
 
     # ---- steps 6-9 ---------------------------------------------------------------
     def quantize(self) -> None:

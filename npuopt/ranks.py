@@ -23,7 +23,7 @@ from typing import Callable, Iterator, List, Optional
 
 import torch
 
-from .errors import NpuoptError
+from .errors import ConfigError, NpuoptError
 
 TIMEOUT_SECONDS = 1800  # a collective waits this long for a rank still working (a large layer's Gram)
 STORE_SECONDS = 10      # store calls while a job is failing wait no longer
@@ -201,3 +201,11 @@ def from_environment(device_type: str) -> Ranks:
 def close(ranks: Ranks) -> None:
     if ranks.parallel and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def select_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("field 'device': cuda was asked for, but torch sees no CUDA device")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)

@@ -72,7 +72,7 @@ class PluginType(Enum):
     Dataset = "Dataset"
     Metric = "Metric"
     QConfig = "QConfig"  # the Compass Optimizer's per-model quantization scripts (the cfg's qconfig)
-    Train = "Train"      # its training loops (QAT): registered, not used
+    Train = "Train"      # its QAT training loops: the cfg's `train` (npuopt/fine_tuning.py)
 
 
 @dataclass

@@ -34,10 +34,10 @@ LAYERS = [
     ["npuopt.passes", "npuopt.quant.calibration", "npuopt.quant.quantizer", "npuopt.quant.plan",
      "npuopt.quant.norm_inputs", "npuopt.quant.precision_costs",
      "npuopt.quant.unify_scales", "npuopt.quant.global_calibration", "npuopt.quant.plan_report",
-     "npuopt.quant.qconfig", "npuopt.data",
+     "npuopt.quant.qconfig", "npuopt.quant.trainable", "npuopt.data",
      "npuopt.datasets_common"],
     ["npuopt.ir.builder", "npuopt.feed", "npuopt.data_checks", "npuopt.evaluation", "npuopt.mixed_precision",
-     "npuopt.precision_search", "npuopt.precision_report",
+     "npuopt.precision_search", "npuopt.precision_report", "npuopt.fine_tuning",
      "npuopt.plugins", "npuopt.optmaster", "npuopt.framework", "npuopt.features", "npuopt.utils", "npuopt.compass_ops"],
     ["npuopt.cli", "npuopt.__main__"],
 ]

@@ -1,0 +1,187 @@
+"""Issue 26: quantization-aware fine-tuning of the IR through its exact grids
+(npuopt/quant/trainable.py, npuopt/fine_tuning.py): the training forward is the
+quantized forward, its gradients are the float layers' at the quantized point, the IR
+written computes what the last training forward computed, fine-tuning lowers the
+error, and the cfg's fields and Train plugins work as the Compass Optimizer's QAT
+names them."""
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+from npuopt.errors import ConfigError, PluginError
+from npuopt.ir import read_graph
+from npuopt.optmaster import OptMaster
+from npuopt.quant.compare import dequantized
+from npuopt.quant.trainable import TrainableGraph
+from npuopt.registry import PLUGINS, PluginType, register_plugin
+from test_opt_cfg import EXAMPLE, tiny
+
+SETTINGS = {
+    "8-bit asymmetric": dict(quantize_method_for_activation="per_tensor_asymmetric"),
+    "4-bit per-channel": dict(weight_bits=4, quantize_method_for_weight="per_channel_asymmetric",
+                              quantize_method_for_activation="per_tensor_asymmetric"),
+    "16-bit, 48-bit biases": dict(weight_bits=16, activation_bits=16, bias_bits=48, lut_items_in_bits=10),
+    "weight-only, per block": dict(weight_bits=4, trigger_float_op="float16_act_int_wht",
+                                   quantize_method_for_weight="per_block_asymmetric", weight_block_size=8),
+    "fp8": dict(quant_type="wfp8afp8"),
+}
+
+
+def calibrated(tmp_path, **fields):
+    """An OptMaster of tiny_cnn, calibrated and planned, not quantized yet."""
+    master = OptMaster(tiny(tmp_path, **{"global_calibration": "none", **fields}))
+    master.load()
+    master.check_data()
+    for stage in (master.stage1_passes, master.plan_settings, master.before_calibration, master.calibrate,
+                  master.after_calibration):
+        stage()
+    return master
+
+
+def samples(n=16, start=0):
+    return torch.from_numpy(np.load(EXAMPLE / "data.npy")[start:start + n])
+
+
+def train_steps(model, x, steps=3, lr=0.3):
+    """A few Adam steps on the outputs' squares: anything that moves the weights."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        sum(o.pow(2).mean() for o in model.outputs(x)).backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_the_training_forward_is_the_quantized_forward_and_the_ir_written_computes_it(tmp_path, name):
+    """After training steps, the training forward's outputs equal the plan's quantized
+    forward exactly, and the IR written from the plan afterwards (read back) computes
+    them too: no gap between training and deployment."""
+    master = calibrated(tmp_path, **SETTINGS[name])
+    model = TrainableGraph(master.plan)
+    x = samples()
+    before = {n: layer.units.detach().clone() for n, layer in model.by_name.items()}
+    train_steps(model, x)
+    with torch.no_grad():
+        last = [o.clone() for o in model.outputs(x)]
+    assert any(not torch.equal(before[n], layer.units.detach()) for n, layer in model.by_name.items())
+    realised = master.plan.realised()
+    want = [dequantized(t, v) for t, v in zip(realised.output_tensors, realised.forward([x]))]
+    assert all(torch.equal(a, b) for a, b in zip(last, want))
+    model.finish()
+    with master.outputs:  # the files are put in place when it closes
+        master.quantize()
+    written = read_graph(str(tmp_path / "out" / "tiny_cnn_o.txt"))
+    got = [dequantized(t, v) for t, v in zip(written.output_tensors, written.forward([x]))]
+    assert all(torch.equal(a, b) for a, b in zip(last, got))
+
+
+def test_gradients_are_the_float_graphs_at_the_quantized_weights(tmp_path):
+    """Weight-only float32 layers compute the float graph with their weights on the grid:
+    the gradient of each layer's weight units is the float graph's weight gradient there,
+    divided by the grid's scale (the straight-through rounding), computed by plain autograd."""
+    master = calibrated(tmp_path, weight_bits=4, trigger_float_op="float32_act_int_wht",
+                        quantize_method_for_weight="per_channel_asymmetric")
+    model = TrainableGraph(master.plan)
+    x = samples(8)
+    sum(o.pow(2).sum() for o in model.outputs(x)).backward()
+    graph = read_graph(str(EXAMPLE / "tiny_cnn.txt"), str(EXAMPLE / "tiny_cnn.bin"))
+    leaves = {}
+    for name, layer in model.by_name.items():
+        c = graph.node(name).constants["weights"]
+        q = layer.grid.to_grid(layer.units.detach().clone())
+        c.betensor = ((q + layer.zp) / layer.scale).requires_grad_(True)
+        leaves[name] = c.betensor
+    for t in graph.input_tensors:
+        t.betensor = x
+    with torch.enable_grad():
+        for node in graph.nodes:
+            node.forward()
+        sum(t.betensor.pow(2).sum() for t in graph.output_tensors).backward()
+    for name, layer in model.by_name.items():
+        want = leaves[name].grad / layer.scale
+        assert torch.allclose(layer.units.grad, want, rtol=1e-3, atol=1e-4 * float(want.abs().max())), name
+
+
+def test_fine_tuning_lowers_the_output_error_below_post_training(tmp_path):
+    """tiny_cnn with 4-bit weights, trained on its 100 samples without labels: the
+    quantized output's error against float on them falls below post-training's, and the
+    report says what was learned."""
+    fields = dict(weight_bits=4, quantize_method_for_weight="per_channel_asymmetric", metric="", data="",
+                  label="")
+    x = samples(100)
+    errors = {}
+    for run, extra in (("ptq", {}), ("qat", {"train_data": EXAMPLE / "data.npy", "train_epochs": 4})):
+        (tmp_path / run).mkdir()
+        master = OptMaster(tiny(tmp_path / run, **fields, **extra))
+        report = master.run()
+        graph = read_graph(str(tmp_path / run / "out" / "tiny_cnn_o.txt"))
+        got = dequantized(graph.output_tensors[0], graph.forward([x])[0])
+        want = read_graph(str(EXAMPLE / "tiny_cnn.txt")).forward([x])[0]
+        errors[run] = float(((got - want) ** 2).sum() / (want ** 2).sum())
+    assert errors["qat"] < 0.7 * errors["ptq"], errors
+    tuned = report["fine_tuning"]
+    assert tuned["samples"] == 100 and tuned["layers"] == 6 and tuned["epochs"] == 4
+    assert tuned["loss_last_epoch"] < tuned["loss_first_epoch"]
+
+
+class LabelLoop:
+    """A user's QAT training loop as the Compass Optimizer calls one: cross-entropy on the labels."""
+    seen = []
+
+    def __init__(self, epochs="2"):
+        self.epochs = int(epochs)
+
+    def __call__(self, model, train_dataloader, evaluate_dataloader=None, eval_func=None, metric=None,
+                 device=None, serialize_func=None):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        for _ in range(self.epochs):
+            for data, labels in train_dataloader:
+                optimizer.zero_grad()
+                prob = model(data.to(device))
+                loss = torch.nn.functional.nll_loss(prob.clamp_min(1e-6).log(), labels.long().reshape(-1))
+                loss.backward()
+                optimizer.step()
+                LabelLoop.seen.append(loss.item())
+
+
+class BrokenLoop:
+    def __call__(self, model, train_dataloader, **kwargs):
+        raise RuntimeError("my loop broke")
+
+
+@pytest.fixture
+def train_plugins():
+    for cls in (LabelLoop, BrokenLoop):
+        register_plugin(PluginType.Train, "1.0")(cls)
+    yield
+    PLUGINS[PluginType.Train].remove_source(inspect.getsourcefile(LabelLoop))
+
+
+def test_a_train_plugin_trains_the_model_with_labels(tmp_path, train_plugins):
+    LabelLoop.seen.clear()
+    for run in ("ptq", "qat"):
+        (tmp_path / run).mkdir()
+    ptq = OptMaster(tiny(tmp_path / "ptq", global_calibration="none", weight_bits=4)).run()
+    report = OptMaster(tiny(tmp_path / "qat", global_calibration="none", weight_bits=4,
+                            train_data=EXAMPLE / "data.npy", train_label=EXAMPLE / "labels.npy",
+                            train="LabelLoop(3)", train_batch_size=25)).run()
+    assert len(LabelLoop.seen) == 3 * 4
+    assert report["fine_tuning"]["train"] == "LabelLoop(3)"
+    assert (tmp_path / "qat" / "out" / "tiny_cnn_o.bin").read_bytes() != \
+        (tmp_path / "ptq" / "out" / "tiny_cnn_o.bin").read_bytes()
+    assert ptq["metrics"]["float"] == report["metrics"]["float"]  # the float model stays the reference
+
+
+def test_bad_training_settings_are_one_line_errors(tmp_path, train_plugins):
+    with pytest.raises(ConfigError, match="'train'.*train_data"):
+        OptMaster(tiny(tmp_path, train="LabelLoop")).run()
+    with pytest.raises(PluginError, match="Train plugin 'NoSuchLoop' not found"):
+        OptMaster(tiny(tmp_path, train_data=EXAMPLE / "data.npy", train="NoSuchLoop")).run()
+    with pytest.raises(PluginError, match="BrokenLoop.*my loop broke"):
+        OptMaster(tiny(tmp_path, global_calibration="none", train_data=EXAMPLE / "data.npy",
+                       train="BrokenLoop")).run()
+    assert not (tmp_path / "out" / "tiny_cnn_o.txt").exists()
+    with pytest.raises(ConfigError, match="train_epochs"):
+        tiny(tmp_path, train_epochs=0)
