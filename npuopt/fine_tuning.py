@@ -136,8 +136,8 @@ def relative_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     target = target.detach().to(torch.float32)
     if not target.is_floating_point() or not output.is_floating_point():
         return torch.zeros(())
-    power = target.pow(2).mean().clamp_min(1e-12)
-    return (output - target).pow(2).mean() / power
+    error, power = (output - target).pow(2).mean(), target.pow(2).mean()
+    return error / power if float(power) > 0 else error
 
 
 def run_train_plugin(cfg, model: TrainableGraph, dataset, device) -> List[float]:

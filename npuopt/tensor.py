@@ -138,8 +138,10 @@ class PyTensor:
         return isinstance(self.scale, torch.Tensor) and self.scale.numel() > 1
 
     def _broadcast(self, v):
+        """v per channel (or block) shaped against the tensor, on the tensor's device."""
         if not isinstance(v, torch.Tensor) or v.numel() <= 1 or self.key_axis is None:
             return v
+        v = v.to(self.betensor.device)
         if self.block_size and v.numel() > int(self.ir_shape[0]):
             return block_values(v, self.ir_shape, self.block_size)
         shape = [1] * len(self.ir_shape)
