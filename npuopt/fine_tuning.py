@@ -59,7 +59,7 @@ def fine_tune(master) -> None:
         return
     teacher = master.keep_original()
     started = time.perf_counter()
-    model = TrainableGraph(master.plan)
+    model = TrainableGraph(master.plan, learn_ranges=cfg.train_ranges == "weights")
     dataset = make_dataset(cfg.dataset, cfg.train_data, cfg.train_label or None, field="train_data")
     if len(dataset) == 0:
         raise ConfigError(f"field 'train_data': '{cfg.train_data}' has no sample")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import npuopt_run_outputs
 from npuopt.errors import ConfigError, PluginError
 from npuopt.ir import read_graph
 from npuopt.optmaster import OptMaster
@@ -53,19 +54,21 @@ def train_steps(model, x, steps=3, lr=0.3):
         optimizer.step()
 
 
+@pytest.mark.parametrize("learn_ranges", [False, True], ids=["frozen", "learned ranges"])
 @pytest.mark.parametrize("name", SETTINGS)
-def test_the_training_forward_is_the_quantized_forward_and_the_ir_written_computes_it(tmp_path, name):
+def test_the_training_forward_is_the_quantized_forward_and_the_ir_written_computes_it(tmp_path, name, learn_ranges):
     """After training steps, the training forward's outputs equal the plan's quantized
-    forward exactly, and the IR written from the plan afterwards (read back) computes
-    them too: no gap between training and deployment."""
+    forward exactly, and the IR written from the plan afterwards (read back, and run by
+    npuopt-run) computes them too: no gap between training and deployment."""
     master = calibrated(tmp_path, **SETTINGS[name])
-    model = TrainableGraph(master.plan)
+    model = TrainableGraph(master.plan, learn_ranges=learn_ranges)
     x = samples()
     before = {n: layer.units.detach().clone() for n, layer in model.by_name.items()}
     train_steps(model, x)
     with torch.no_grad():
         last = [o.clone() for o in model.outputs(x)]
     assert any(not torch.equal(before[n], layer.units.detach()) for n, layer in model.by_name.items())
+    assert not learn_ranges or any(bool(layer.log_range.detach().abs().max() > 0) for layer in model.by_name.values())
     realised = master.plan.realised()
     want = [dequantized(t, v) for t, v in zip(realised.output_tensors, realised.forward([x]))]
     assert all(torch.equal(a, b) for a, b in zip(last, want))
@@ -73,14 +76,18 @@ def test_the_training_forward_is_the_quantized_forward_and_the_ir_written_comput
     with master.outputs:  # the files are put in place when it closes
         master.quantize()
     written = read_graph(str(tmp_path / "out" / "tiny_cnn_o.txt"))
-    got = [dequantized(t, v) for t, v in zip(written.output_tensors, written.forward([x]))]
+    raw = written.forward([x])
+    got = [dequantized(t, v) for t, v in zip(written.output_tensors, raw)]
     assert all(torch.equal(a, b) for a, b in zip(last, got))
+    ran = npuopt_run_outputs(tmp_path / "out" / "tiny_cnn_o.txt", x.numpy(), tmp_path)  # written independently
+    assert np.array_equal(ran[written.output_tensors[0].name], raw[0].numpy())
 
 
 def test_gradients_are_the_float_graphs_at_the_quantized_weights(tmp_path):
     """Weight-only float32 layers compute the float graph with their weights on the grid:
     the gradient of each layer's weight units is the float graph's weight gradient there,
-    divided by the grid's scale (the straight-through rounding), computed by plain autograd."""
+    divided by the grid's scale (the straight-through rounding; none to a weight beyond the
+    grid's ends), computed by plain autograd."""
     master = calibrated(tmp_path, weight_bits=4, trigger_float_op="float32_act_int_wht",
                         quantize_method_for_weight="per_channel_asymmetric")
     model = TrainableGraph(master.plan)
@@ -100,7 +107,9 @@ def test_gradients_are_the_float_graphs_at_the_quantized_weights(tmp_path):
             node.forward()
         sum(t.betensor.pow(2).sum() for t in graph.output_tensors).backward()
     for name, layer in model.by_name.items():
-        want = leaves[name].grad / layer.scale
+        u = layer.units.detach()
+        clamped = (u - layer.grid.to_grid(u.clone())).abs() > 0.5  # beyond the grid's ends: no gradient
+        want = torch.where(clamped, 0.0, leaves[name].grad / layer.scale)
         assert torch.allclose(layer.units.grad, want, rtol=1e-3, atol=1e-4 * float(want.abs().max())), name
 
 

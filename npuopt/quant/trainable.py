@@ -55,35 +55,54 @@ def learned_layers(graph) -> list:
 
 
 class LearnedLayer(torch.nn.Module):
-    """One layer's parameters: weights in steps of their grid (w * scale - zp), the
-    biases' change in steps of the output's grid."""
+    """One layer's parameters: its float weights, in steps of the grid they started on
+    (w = (units + zp0) / scale0); with `learn_range`, the log of the factor its weights'
+    range is scaled by (per channel, block or tensor, as the grid's scale; LSQ's gradient);
+    the biases' change, in steps of the output's grid."""
 
-    def __init__(self, node, bias_step: float):
+    def __init__(self, node, bias_step: float, learn_range: bool):
         super().__init__()
         self.node = node
-        groups = node.get_param("group", 1) if node.type != OpType.FullyConnected else 1
-        if node.attrs.get("planned_ranges", {}).get("weights") is None:  # the grid stays as it is
-            QT.plan_weight_range(node, "weights", *QT.weight_range(node, "weights", 0, groups))
-        self.grid = QT.weight_grid(node, "weights", 0, groups)
+        self.groups = node.get_param("group", 1) if node.type != OpType.FullyConnected else 1
+        planned = node.attrs.get("planned_ranges", {}).get("weights")
+        self.range = planned if planned is not None else QT.weight_range(node, "weights", 0, self.groups)
+        QT.plan_weight_range(node, "weights", *self.range)  # the grid stays as it is (or as learned)
         w = node.get_constant("weights").betensor.detach().to(torch.float32)
-        device = w.device
-        self.scale, self.zp = (torch.as_tensor(self.grid.along(v), dtype=torch.float32).to(device)
-                               for v in (self.grid.scale, self.grid.zp))
-        planned = node.attrs.get("planned_integers", {}).get("weights")
-        start = planned.to(torch.float32).to(device) if planned is not None and planned.shape == w.shape \
-            else w * self.scale - self.zp
+        self.grid = QT.weight_grid(node, "weights", 0, self.groups)
+        self.scale0, self.zp0 = self._along(self.grid, w.device)
+        self.scale, self.zp = self.scale0, self.zp0  # the grid last planned
+        integers = node.attrs.get("planned_integers", {}).get("weights")
+        start = integers.to(torch.float32).to(w.device) if integers is not None and integers.shape == w.shape \
+            else w * self.scale0 - self.zp0
         self.units = torch.nn.Parameter(start.clone())
+        self.log_range = torch.nn.Parameter(torch.zeros_like(torch.as_tensor(self.grid.scale, dtype=torch.float32),
+                                                             device=w.device)) if learn_range else None
+        self.planned_log_range = None if self.log_range is None else self.log_range.detach().clone()
         b = node.constants.get("biases")
         self.biases = None if b is None else b.betensor.detach().to(torch.float32).clone()
         self.bias_steps = None if b is None else torch.nn.Parameter(torch.zeros_like(self.biases))
         self.bias_step = bias_step
         self.versions = None
 
+    def _along(self, grid, device) -> tuple:
+        return tuple(torch.as_tensor(grid.along(v), dtype=torch.float32).to(device) for v in (grid.scale, grid.zp))
+
+    def float_weights(self) -> torch.Tensor:
+        return (self.units + self.zp0) / self.scale0
+
     def weights(self) -> torch.Tensor:
-        """The float weights the grid gives: rounded forward, straight through backward."""
-        u = self.units
-        rounded = self.grid.to_grid(u.detach().clone())
-        return (u + (rounded - u).detach() + self.zp) / self.scale
+        """The float weights on the grid: rounded and clamped forward, straight through
+        backward (none to a weight beyond the grid's ends); with a learned range, the
+        grid's scale moves with it."""
+        scale = self.scale
+        if self.log_range is not None:  # exactly the planned grid's scale until the range moves
+            scale = scale * self.grid.along(torch.exp(self.planned_log_range - self.log_range))
+        v = self.float_weights() * scale - self.zp
+        rounded = self.grid.to_grid(v.detach().clone())
+        q = v + (rounded - v).detach()
+        if not self.grid.fmt:
+            q = torch.where((v.detach() - rounded).abs() <= 0.5, q, rounded)  # rounded, not clamped
+        return (q + self.zp) / scale
 
     def float_biases(self) -> Optional[torch.Tensor]:
         return None if self.biases is None else self.biases + self.bias_steps * self.bias_step
@@ -94,26 +113,36 @@ class LearnedLayer(torch.nn.Module):
         return changed
 
     def plan(self) -> None:
-        """Put this layer's rounded weights and float biases into the plan."""
+        """Put this layer's weight range, its weights rounded on that grid and its float
+        biases into the plan."""
+        node = self.node
         with torch.no_grad():
-            QT.plan_weight_integers(self.node, "weights", self.grid.to_grid(self.units.detach().clone()))
+            if self.log_range is not None:
+                factor = torch.exp(self.log_range.detach()).cpu()
+                lo, hi = self.range
+                QT.plan_weight_range(node, "weights", *((lo * factor, hi * factor) if isinstance(lo, torch.Tensor)
+                                                        else (lo * float(factor), hi * float(factor))))
+                self.grid = QT.weight_grid(node, "weights", 0, self.groups)
+                self.scale, self.zp = self._along(self.grid, self.units.device)
+                self.planned_log_range = self.log_range.detach().clone()
+            v = self.float_weights() * self.scale - self.zp
+            QT.plan_weight_integers(node, "weights", self.grid.to_grid(v))
             if self.biases is not None:
-                c = self.node.constants["biases"]
+                c = node.constants["biases"]
                 c.betensor = self.float_biases().to(c.betensor.dtype)
 
     def finish(self) -> None:
-        """The float graph's weights become the learned ones (on the grid's range)."""
+        """The float graph's weights become the learned ones."""
         with torch.no_grad():
             self.plan()
             c = self.node.constants["weights"]
-            u = self.units.clamp(self.grid.qmin, self.grid.qmax) if not self.grid.fmt else self.units
-            c.betensor = ((u + self.zp) / self.scale).to(c.betensor.dtype)
+            c.betensor = self.float_weights().to(c.betensor.dtype)
 
 
 class TrainableGraph(torch.nn.Module):
     """The plan's quantized graph: exact forward, straight-through gradients (module doc)."""
 
-    def __init__(self, plan, layers: List = None):
+    def __init__(self, plan, layers: List = None, learn_ranges: bool = False):
         super().__init__()
         self.plan = plan
         realised = plan.realised()
@@ -125,7 +154,7 @@ class TrainableGraph(torch.nn.Module):
             out = qnode.outputs[0] if qnode is not None else None
             step = 1.0 / float(out.scale) if out is not None and out.is_quantized and \
                 not isinstance(out.scale, torch.Tensor) and float(out.scale) > 0 else _float_step(node)
-            layer = LearnedLayer(node, step)
+            layer = LearnedLayer(node, step, learn_ranges)
             self.layers[_key(node.name, len(self.layers))] = layer
             self.by_name[node.name] = layer
         if not self.by_name:
