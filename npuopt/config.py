@@ -427,7 +427,7 @@ register_field("train_ranges", "frozen", _choice("frozen", "weights"),
                "ranges (per channel, block or tensor, as their scales; LSQ's gradient)", "frozen, weights")
 register_field("train_epochs", "8", _int_in(1, 1 << 20), "epochs of npuopt's fine-tuning over train_data",
                "an integer >= 1")
-register_field("train_learning_rate", "0.003", _float_in(0, float("inf")),
+register_field("train_learning_rate", "0.02", _float_in(0, float("inf")),
                "Adam's learning rate of npuopt's fine-tuning, in steps of each weight's grid (and of each output's "
                "grid for the biases), decayed to 0 along a cosine", "a number, 0 or more")
 register_field("dump", "false", _bool, "write every tensor of the first batch as .npy into dump_dir", _B)

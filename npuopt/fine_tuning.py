@@ -43,13 +43,13 @@ def check_training_data(cfg, parallel: bool = False) -> None:
 
 
 def train_plugin(spec: str):
-    """The Train plugin class the cfg's `train` names, and its args."""
+    """The registration of the Train plugin the cfg's `train` names, and its args."""
     name, args = parse_metric_spec(spec)
-    cls = PLUGINS[PluginType.Train].get(name)
-    if cls is None:
+    reg = PLUGINS[PluginType.Train].best(name)
+    if reg is None:
         known = ", ".join(PLUGINS[PluginType.Train].keys()) or "none"
         raise PluginError(f"field 'train': Train plugin '{name}' not found (known: {known}){failed_imports()}")
-    return name, cls, args
+    return reg, args
 
 
 def fine_tune(master) -> None:
@@ -144,11 +144,10 @@ def run_train_plugin(cfg, model: TrainableGraph, dataset, device) -> List[float]
     """The cfg's Train plugin, as the Compass Optimizer's QAT calls it: made with the
     `train` field's args, called with the model, a DataLoader of train_data (with
     train_label) and the device; its code's failures are one line naming its file."""
-    name, cls, args = train_plugin(cfg.train)
-    reg = PLUGINS[PluginType.Train].best(name)
+    reg, args = train_plugin(cfg.train)
     loader = DataLoader(dataset, batch_size=cfg.train_batch_size, shuffle=cfg.train_shuffle,
                         num_workers=cfg.dataloader_workers, collate_fn=collate_of(dataset))
     with plugin_code(reg, f"the Train plugin '{cfg.train}'"):
-        loop = cls(*args)
+        loop = reg.obj(*args)
         loop(model, loader, device=device)
     return []

@@ -210,7 +210,7 @@ def test_fine_tuning_an_ir_the_parser_wrote_lowers_its_error(tmp_path):
                   image_layout="NCHW", calibration_data=f"{images}:calib:32", calibration_batch_size=16,
                   weight_bits=4, quantize_method_for_weight="per_channel_asymmetric", device="cpu")
     errors = {}
-    qat = {"train_data": f"{images}:calib:64", "train_epochs": 4, "train_learning_rate": 0.02}
+    qat = {"train_data": f"{images}:calib:64", "train_epochs": 8}
     for run, extra in (("ptq", {}), ("qat", qat)):
         (tmp_path / run).mkdir()
         run_cfg(tmp_path / run / "opt.cfg", output_dir=tmp_path / run / "out", **fields, **extra)

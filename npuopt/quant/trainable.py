@@ -12,12 +12,12 @@ bias rounding, clamps included), whatever the layer type, a plugin's too.
 
 What is learned: the weights of the layers that global calibration rounds
 (Convolution, DepthwiseConv, FullyConnected, integer or weight-only, integer or
-minifloat grids), in steps of their grid, and their biases, in steps of the output's
-grid. The grids' ranges (weights' and activations') stay the planned ones. Before a
-forward, the layers whose parameters changed are planned again: their integers
-(tensors.plan_weight_integers) and float biases, then `plan.replan`, which quantizes
-those layers again through their own quantize functions: the IR written after
-training is the plan of the last forward.
+minifloat grids), in steps of their grid, their biases, in steps of the output's
+grid, and where asked the weights' ranges (LSQ); the activations' ranges stay the
+planned ones. Before a forward, the layers whose parameters changed are planned
+again: their weights' range and integers (tensors.plan_weight_range/_integers) and
+float biases, then `plan.replan`, which quantizes those layers again through their own
+quantize functions: the IR written after training is the plan of the last forward.
 """
 import contextlib
 import re
@@ -142,14 +142,13 @@ class LearnedLayer(torch.nn.Module):
 class TrainableGraph(torch.nn.Module):
     """The plan's quantized graph: exact forward, straight-through gradients (module doc)."""
 
-    def __init__(self, plan, layers: List = None, learn_ranges: bool = False):
+    def __init__(self, plan, learn_ranges: bool = False):
         super().__init__()
         self.plan = plan
         realised = plan.realised()
-        layers = learned_layers(plan.graph) if layers is None else layers
         self.layers = torch.nn.ModuleDict()
         self.by_name: Dict[str, LearnedLayer] = {}
-        for node in layers:
+        for node in learned_layers(plan.graph):
             qnode = realised.node(node.name)
             out = qnode.outputs[0] if qnode is not None else None
             step = 1.0 / float(out.scale) if out is not None and out.is_quantized and \
