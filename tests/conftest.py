@@ -1,5 +1,5 @@
 """Shared fixtures: the example IRs in ../shared/data, small IRs written into
-tmp_path, and a runner for the `npuopt` command.
+tmp_path, the Compass Optimizer's reader as an oracle, and a runner for the `npuopt` command.
 
 CLI runs are real subprocesses (the acceptance is about what a user sees on
 stderr), started on a small thread pool so that a module can launch all of its
@@ -64,6 +64,15 @@ def ported(opt_root, tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("ported")
     port(opt_root / "AIPUBuilder" / "Optimizer", dest)
     return dest
+
+
+@pytest.fixture(scope="session")
+def oracle(opt_root, tmp_path_factory):
+    """The Compass Optimizer's OptForward (opt_oracle.py) on the extracted reference."""
+    from opt_oracle import OPT_REQUIREMENTS, Oracle
+    for module in OPT_REQUIREMENTS:
+        pytest.importorskip(module, reason=f"OPT needs '{module}' (pip install -e '.[test]')")
+    return Oracle(opt_root, tmp_path_factory.mktemp("opt_runs"))
 
 
 def write_tiny_ir(folder: Path, name: str = "tiny") -> Path:

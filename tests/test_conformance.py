@@ -37,7 +37,7 @@ import pytest
 import torch
 
 from conftest import REPO, SHARED_DATA, run_in_process, write_cfg
-from opt_oracle import OPT_REQUIREMENTS, OPT_TARBALL, OptJob, OptResult, Oracle, extract_opt
+from opt_oracle import OptJob, OptResult, Oracle
 
 OP_TESTS = REPO / "op_tests"
 PARSER_IRS = SHARED_DATA / "parser_irs"
@@ -113,18 +113,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-# ---- the oracle ----------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def oracle(tmp_path_factory) -> Oracle:
-    if not OPT_TARBALL.is_file():
-        pytest.skip(f"the tool chain's reference is absent: {OPT_TARBALL} (../shared beside the checkout) "
-                    "does not exist")
-    for module in OPT_REQUIREMENTS:
-        pytest.importorskip(module, reason=f"OPT needs '{module}' (pip install -e '.[test]')")
-    root = extract_opt(tmp_path_factory.mktemp("opt"))
-    return Oracle(root, tmp_path_factory.mktemp("opt_runs"))
 
 
 # ---- one quantized IR and what both sides make of it ------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import npuopt_run_outputs
+from npuopt.config import load_config
 from npuopt.errors import ConfigError, PluginError
 from npuopt.ir import read_graph
 from npuopt.optmaster import OptMaster
@@ -81,6 +82,30 @@ def test_the_training_forward_is_the_quantized_forward_and_the_ir_written_comput
     assert all(torch.equal(a, b) for a, b in zip(last, got))
     ran = npuopt_run_outputs(tmp_path / "out" / "tiny_cnn_o.txt", x.numpy(), tmp_path)  # written independently
     assert np.array_equal(ran[written.output_tensors[0].name], raw[0].numpy())
+
+
+def test_the_compass_optimizers_reader_computes_a_fine_tuned_ir_as_npuopt_does(tmp_path, oracle):
+    """OPT's OptForward reads every layer of a fine-tuned 4-bit IR (a convolution, a
+    sigmoid's lookup table, a softmax) as quantized and agrees with npuopt on its output
+    within 1 LSB (the conformance suite's comparison)."""
+    from conftest import write_cfg, write_tiny_ir
+    from opt_oracle import OptJob
+    from test_conformance import compare_with_opt
+    data = np.random.default_rng(0).standard_normal((33, 6, 6, 2)).astype(np.float32)
+    np.save(tmp_path / "data.npy", data[:32])
+    np.save(tmp_path / "x.npy", data[32:])
+    cfg = write_cfg(tmp_path / "opt.cfg", graph=write_tiny_ir(tmp_path / "ir"), output_dir=tmp_path / "out",
+                    dataset="NumpyDataset", calibration_data=tmp_path / "data.npy", train_data=tmp_path / "data.npy",
+                    weight_bits=4, quantize_method_for_weight="per_channel_asymmetric", train_epochs=2, device="cpu")
+    report = OptMaster(load_config(str(cfg))).run()
+    assert report["fine_tuning"]["layers"] == 1
+    txt = tmp_path / "out" / "tiny_o.txt"
+    written = read_graph(str(txt))
+    outputs = [o.numpy() for o in written.forward([torch.from_numpy(data[32:])], keep_tensors=True)]
+    opt = oracle.forward([OptJob(txt, txt.with_suffix(".bin"), [tmp_path / "x.npy"], tmp_path / "opt.npz")])[0]
+    share, problems = compare_with_opt(written, outputs, opt)
+    assert not problems, problems
+    assert share >= 0.99
 
 
 def test_gradients_are_the_float_graphs_at_the_quantized_weights(tmp_path):
