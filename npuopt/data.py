@@ -278,10 +278,10 @@ def metric_report(metric) -> str:
 SHUFFLE_SEED = 0  # shuffled data comes in one order, the same in every run and on every rank
 
 
-def batch_indices(length: int, size: int, shuffle: bool = False) -> List[List[int]]:
+def batch_indices(length: int, size: int, shuffle: bool = False, seed: int = SHUFFLE_SEED) -> List[List[int]]:
     """The samples of each batch of `size` of a dataset of `length`, in order (shuffled
     with a fixed seed: runs are reproducible and every rank of a job agrees)."""
-    order = torch.randperm(length, generator=torch.Generator().manual_seed(SHUFFLE_SEED)).tolist() \
+    order = torch.randperm(length, generator=torch.Generator().manual_seed(seed)).tolist() \
         if shuffle else list(range(length))
     return [order[i:i + size] for i in range(0, length, size)]
 

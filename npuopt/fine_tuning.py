@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from .data import SHUFFLE_SEED, collate_of, make_dataset, parse_metric_spec
+from .data import SHUFFLE_SEED, batch_indices, collate_of, make_dataset, parse_metric_spec
 from .errors import ConfigError, PluginError
 from .feed import Shard
 from .logger import OPT_INFO
@@ -92,7 +92,8 @@ def distill(model: TrainableGraph, teacher, feed, dataset, cfg) -> List[float]:
     losses = []
     with tqdm(total=total, desc="fine-tuning", unit="step") as bar:
         for epoch in range(cfg.train_epochs):
-            shard = Shard(feed, dataset, epoch_batches(len(dataset), size, cfg.train_shuffle, epoch), "train_data")
+            order = batch_indices(len(dataset), size, cfg.train_shuffle, SHUFFLE_SEED + epoch)  # a seed per epoch
+            shard = Shard(feed, dataset, order, "train_data")
             total_loss = 0.0
             for _, batch in shard.read():
                 inputs = shard.graph_inputs(batch)
@@ -105,13 +106,6 @@ def distill(model: TrainableGraph, teacher, feed, dataset, cfg) -> List[float]:
                 bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.4g}")
             losses.append(total_loss / per_epoch)
     return losses
-
-
-def epoch_batches(length: int, size: int, shuffle: bool, epoch: int) -> List[List[int]]:
-    """The samples of each batch of one epoch: in order, or shuffled with a seed per epoch."""
-    order = torch.randperm(length, generator=torch.Generator().manual_seed(SHUFFLE_SEED + epoch)).tolist() \
-        if shuffle else list(range(length))
-    return [order[i:i + size] for i in range(0, length, size)]
 
 
 def step_loss(model: TrainableGraph, teacher, inputs: List[torch.Tensor], apart: bool) -> float:
