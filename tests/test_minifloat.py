@@ -238,6 +238,41 @@ def test_fp8_and_integer_layers_meet_through_float16(tmp_path):
     assert np.array_equal(npuopt_run_outputs(path, x.numpy(), tmp_path)[out.name], got.numpy())
 
 
+def test_an_integer_tensor_read_by_fp8_and_float16_layers_has_one_dequantize(tmp_path):
+    """An integer tensor read by an fp8 layer (DeQuantize to float16, Quantize to fp8) and by
+    a layer kept in float16 goes through one DeQuantize to float16 (the reader's format
+    matters to a Quantize only): the transformer_encoder with quant_type = wfp8afp8 and its
+    LayerNorms in float stopped with 'tensor ... written twice' when each got its own."""
+    from npuopt.ir.builder import GraphBuilder
+    torch.manual_seed(2)
+    b = GraphBuilder("t")
+    x = b.input("x", [1, 12])
+    s = b.layer("Activation", "sig", [x], dict(method="SIGMOID"))
+    h = b.layer("FullyConnected", "fc", s, dict(num_output=12, with_activation="NONE"),
+                {"weights": torch.randn(12, 12), "biases": torch.randn(12)})
+    t = b.layer("Activation", "tanh", s, dict(method="TANH"))
+    y = b.layer("Eltwise", "add", h + t, dict(method="ADD", with_activation="NONE"))
+    graph = b.build(y)
+    data = batches((12,))
+    quantize(graph, data)  # calibrated (statistics attached)
+    settings = {n.name: QuantSettings(calibration_strategy_for_activation="extrema") for n in graph.nodes}
+    settings["fc"] = QuantSettings(activation_type="float8_e4m3fn", weight_type="float8_e4m3fn",
+                                   calibration_strategy_for_activation="extrema")
+    settings["tanh"] = QuantSettings(trigger_float_op="float16_preferred")
+    qg, kept = build_quantized_graph(graph, settings, float_layers(graph, settings))
+    assert kept == {"tanh"}
+    dequantized = [n for n in qg.nodes if n.type == "DeQuantize" and n.inputs[0].name == s[0]]
+    assert [n.outputs[0].dtype.value for n in dequantized] == ["float16"]
+    readers = {n.name for n in qg.nodes if dequantized[0].outputs[0] in n.inputs}
+    assert len(readers) == 2 and "tanh" in readers  # tanh, and the Quantize into fc's fp8
+    x = data[-1][0]
+    got = qg.forward([x])[0].clone()
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    assert torch.equal(read_graph(str(path)).forward([x])[0], got)
+    assert np.array_equal(npuopt_run_outputs(path, x.numpy(), tmp_path)[qg.output_tensors[0].name], got.numpy())
+
+
 def test_quant_type_puts_fp8_on_the_tool_chains_layer_types(tmp_path):
     """wfp8afp8: Convolution layers with a fused NONE or RELU and the graph input in
     float8_e4m3fn; pooling, and convolutions fusing RELU6 (whose fused forward the tool

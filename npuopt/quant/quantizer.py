@@ -184,9 +184,10 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
     new_nodes = []
 
     def boundary(kind, t: PyTensor, reader, float_dtype) -> PyTensor:
-        key = (kind, t.name, float_dtype, settings[reader.name].activation_type)
+        key = _conversion_key(kind, t.name, float_dtype, settings[reader.name])
         if key not in made:
-            b = PyNode(_unique(graph, f"{t.name}_{'dequantize' if kind == OpType.DeQuantize else 'quantize'}"), kind)
+            name = f"{t.name}_{'dequantize' if kind == OpType.DeQuantize else 'quantize'}"
+            b = PyNode(_unique(graph, name, taken={n.name for n in new_nodes}), kind)
             nt = PyTensor(b.name, t.betensor, float_dtype or t.dtype, t.ir_shape)
             nt.statistics = t.statistics
             b.inputs, b.outputs = [t], [nt]
@@ -214,9 +215,15 @@ def count_boundaries(graph, keep_float: Set[str], settings) -> int:
     for node, i, conversions in _boundaries(graph, keep_float, settings):
         key = node.inputs[i].name
         for kind, float_dtype in conversions:
-            key = (kind, key, float_dtype, settings[node.name].activation_type)
+            key = _conversion_key(kind, key, float_dtype, settings[node.name])
             made.add(key)
     return len(made)
+
+
+def _conversion_key(kind, tensor, float_dtype, reader_settings) -> tuple:
+    """What makes two conversions of a tensor the same layer: a DeQuantize's float dtype,
+    a Quantize's format (its reader's activation type)."""
+    return kind, tensor, float_dtype, reader_settings.activation_type if kind == OpType.Quantize else None
 
 
 def _boundaries(graph, keep_float: Set[str], settings):
@@ -245,8 +252,8 @@ def _in_fp8(node, settings) -> bool:
     return bool(st is not None and st.fp8_activations)
 
 
-def _unique(graph, name: str) -> str:
-    names = {n.name for n in graph.nodes} | {t.name for t in graph.tensors}
+def _unique(graph, name: str, taken=frozenset()) -> str:
+    names = {n.name for n in graph.nodes} | {t.name for t in graph.tensors} | set(taken)
     out, i = name, 1
     while out in names:
         out, i = f"{name}_{i}", i + 1
