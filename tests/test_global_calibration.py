@@ -70,7 +70,7 @@ def test_a_method_lowers_the_4bit_output_error(model, method):
     error = output_error(master, path)
     assert error < 0.8 * nearest, (method, error, nearest)
     for node in master.qgraph.nodes:
-        if node.type in _layers.TYPES:
+        if node.type in _layers.TUNED_TYPES:
             c = node.get_constant("weights")
             assert c.qmin == -7 and c.qmax == 7
             assert int(c.betensor.min()) >= c.qmin and int(c.betensor.max()) <= c.qmax

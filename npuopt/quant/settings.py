@@ -94,6 +94,12 @@ class QuantSettings:
         return Dtype.BFP16 if mode.startswith("bfloat16") else Dtype.FP16 if mode.startswith("float16") else Dtype.FP32
 
     @property
+    def weights_quantized(self) -> bool:
+        """Whether a layer's weights are quantized: it computes in integers, or it is kept in
+        float with weight-only settings."""
+        return not self.trigger_float_op or self.weight_only
+
+    @property
     def weight_only(self) -> bool:
         """Kept in float with quantized weights (a *_act_int_wht, *_act_fp8e4m3fn_wht or
         *_act_fp4e2m1fn_wht float mode)."""

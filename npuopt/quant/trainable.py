@@ -30,10 +30,8 @@ from ..node import observing_placeholders
 from ..registry import OpType
 from . import tensors as QT
 from .compare import dequantized
+from .global_calibration._layers import has_tuned_weights
 from .settings import settings_of
-
-LEARNED_TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
-
 
 class _ExactWithGradientOf(torch.autograd.Function):
     """The exact value forward, the surrogate's gradient backward."""
@@ -48,10 +46,9 @@ class _ExactWithGradientOf(torch.autograd.Function):
 
 
 def learned_layers(graph) -> list:
-    """The float graph's layers whose weights are learned: LEARNED_TYPES with weights,
-    computed in integers or kept in float with weight-only settings."""
-    return [n for n in graph.nodes if n.type in LEARNED_TYPES and "weights" in n.constants
-            and (not settings_of(n).trigger_float_op or settings_of(n).weight_only)]
+    """The float graph's layers whose weights are learned: those of TUNED_TYPES whose
+    weights are quantized."""
+    return [n for n in graph.nodes if has_tuned_weights(n) and settings_of(n).weights_quantized]
 
 
 class LearnedLayer(torch.nn.Module):

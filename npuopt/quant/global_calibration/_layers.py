@@ -30,7 +30,7 @@ from ..settings import settings_of
 from . import one_thread
 from ._grams import Units, grams
 
-TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
+TUNED_TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)  # (fine-tuning's too)
 CLIP_RATIOS = torch.linspace(0.5, 1.0, 21)  # shares of the calibrated weight range tried (choose_range)
 
 
@@ -260,12 +260,16 @@ def _grouped(grid, v, w: torch.Tensor):
 
 
 # ---- the layers in order ------------------------------------------------------------
+def has_tuned_weights(node) -> bool:
+    """A layer of TUNED_TYPES with weights: the layers whose weights the methods choose."""
+    return node.type in TUNED_TYPES and "weights" in node.constants
+
+
 def rounded_layers(ctx, minifloat: bool = False) -> list:
     """The layers in scope whose weights a rounding method chooses, in graph order: weights
     on an integer grid, and with `minifloat` (a method that rounds with Problem.to_grid)
     fp8/fp4 weights too."""
-    return [n for n in ctx.graph.nodes if n.type in TYPES and "weights" in n.constants and ctx.in_scope(n)
-            and (not settings_of(n).trigger_float_op or settings_of(n).weight_only)
+    return [n for n in ctx.graph.nodes if has_tuned_weights(n) and settings_of(n).weights_quantized and ctx.in_scope(n)
             and (minifloat or settings_of(n).weights_format == "int")]
 
 

@@ -13,17 +13,14 @@ import torch
 
 from ...errors import ConfigError
 from ...logger import OPT_INFO
-from ...registry import OpType
 from .. import tensors as QT
 from ..settings import settings_of
 from . import global_calibration, one_thread
-
-TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
-
+from ._layers import has_tuned_weights
 
 def correctable(ctx) -> list:
     """The layers in scope with weights and biases that will be quantized."""
-    return [n for n in ctx.graph.nodes if n.type in TYPES and "weights" in n.constants and "biases" in n.constants
+    return [n for n in ctx.graph.nodes if has_tuned_weights(n) and "biases" in n.constants
             and ctx.in_scope(n) and not settings_of(n).trigger_float_op]
 
 

@@ -27,7 +27,7 @@ from .. import tensors as QT
 from ..compare import dequantized
 from ..settings import settings_of
 from . import global_calibration, one_thread
-from ._layers import TYPES, LayerData, Stream, read_params
+from ._layers import LayerData, Stream, has_tuned_weights, read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("batches", 1, 0, True),     # calibration batches used (0: all of them)
@@ -155,7 +155,7 @@ def easy_quant(ctx, params):
                 if qnode is None or not qnode.quantized or not node.inputs or not ctx.in_scope(node):
                     continue
                 score = LayerScore(ctx.plan, node.name, inputs, outputs)
-                if node.type in TYPES and "weights" in node.constants:
+                if has_tuned_weights(node):
                     search_weights(node, ctx.plan, score, factors, p["ngroups"])
                 for i, t in enumerate(node.inputs):
                     if t.name not in searched:

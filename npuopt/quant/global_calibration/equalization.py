@@ -20,12 +20,11 @@ import torch
 
 from ...errors import ConfigError
 from ...logger import OPT_INFO
-from ...registry import OpType
 from ..settings import settings_of
 from . import global_calibration
+from ._layers import has_tuned_weights
 
 HOMOGENEOUS = ("NONE", "RELU", "LEAKYRELU", "PRELU")
-TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)
 SWEEPS = 100        # at most, over a graph's pairs
 SETTLED = 1e-4      # a sweep whose scales all lie within 1 +- SETTLED ends the sweeps
 
@@ -47,7 +46,7 @@ def pairs(ctx) -> List[Tuple[object, object]]:
     outputs = {t.name for t in ctx.graph.output_tensors}
     found = []
     for l1 in ctx.graph.nodes:
-        if l1.type not in TYPES or "weights" not in l1.constants or len(l1.outputs) != 1 \
+        if not has_tuned_weights(l1) or len(l1.outputs) != 1 \
                 or str(l1.params.get("with_activation", "NONE")).upper() not in HOMOGENEOUS:
             continue
         t = l1.outputs[0]
@@ -55,7 +54,7 @@ def pairs(ctx) -> List[Tuple[object, object]]:
         if t.name in outputs or len(users) != 1:
             continue
         l2 = users[0]
-        if l2.type in TYPES and "weights" in l2.constants and len(l2.inputs) == 1 \
+        if has_tuned_weights(l2) and len(l2.inputs) == 1 \
                 and l2.get_constant("weights").betensor.dim() == l1.get_constant("weights").betensor.dim() \
                 and channels_in(l2) == l1.get_constant("weights").betensor.shape[0] \
                 and ctx.in_scope(l1) and ctx.in_scope(l2) and (per_tensor(l1) or per_tensor(l2)):
