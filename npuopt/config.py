@@ -431,6 +431,10 @@ register_field("train_epochs", "8", _int_in(1, 1 << 20), "epochs of npuopt's fin
 register_field("train_learning_rate", "0.02", _float_in(0, float("inf")),
                "Adam's learning rate of npuopt's fine-tuning, in steps of each weight's grid (and of each output's "
                "grid for the biases), decayed to 0 along a cosine", "a number, 0 or more")
+register_field("train_holdout", "0.1", _float_in(0, 0.5),
+               "share of train_data held out of npuopt's fine-tuning: the parameters kept are those of the epoch "
+               "(or of the start) with the least output error on it (the later among equals), so fine-tuning never "
+               "leaves that error higher than it found it; 0: the last epoch's", "a number from 0 to 0.5")
 register_field("dump", "false", _bool, "write every tensor of the first batch as .npy into dump_dir", _B)
 register_field("dump_dir", "", as_text, "folder for dumps; default: <output_dir>/dump", "a folder path", is_path=True)
 register_field("device", "auto", _choice("cpu", "cuda", "auto"), "where forwards run: cpu, cuda, or auto (cuda when available)", "cpu, cuda, auto")

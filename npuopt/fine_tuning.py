@@ -5,13 +5,15 @@ The model trained is the plan's quantized graph itself (quant/trainable.py): its
 forward is npuopt's exact integer forward, so the IR written afterwards computes
 what the last training forward computed. By default the loss distills the float
 IR's outputs (whatever they are: logits, boxes, features), so unlabeled data do:
-for each output, the squared error over the float output's mean square. A cfg's
+for each output, the squared error over the float output's mean square; a share of
+train_data (`train_holdout`) is held out, and the epoch (or the start) with the least
+error on it is what is kept. A cfg's
 `train` names a Train plugin instead (the Compass Optimizer's QAT training loop:
 called with the model, a DataLoader of train_data/train_label and the device).
 """
 import math
 import time
-from typing import List
+from typing import List, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -63,37 +65,62 @@ def fine_tune(master) -> None:
     dataset = make_dataset(cfg.dataset, cfg.train_data, cfg.train_label or None, field="train_data")
     if len(dataset) == 0:
         raise ConfigError(f"field 'train_data': '{cfg.train_data}' has no sample")
+    report = {"samples": len(dataset), "layers": len(model.by_name),
+              "epochs": cfg.train_epochs if not cfg.train else None, "train": cfg.train or "distillation"}
     if cfg.train:
-        losses = run_train_plugin(cfg, model, dataset, master.device)
+        run_train_plugin(cfg, model, dataset, master.device)
     else:
-        losses = distill(model, teacher, master.feed, dataset, cfg)
+        report.update(distill(model, teacher, master.feed, dataset, cfg))
     model.finish()
     seconds = time.perf_counter() - started
-    master.report["fine_tuning"] = {"samples": len(dataset), "layers": len(model.by_name),
-                                    "epochs": cfg.train_epochs if not cfg.train else None,
-                                    "loss_first_epoch": losses[0] if losses else None,
-                                    "loss_last_epoch": losses[-1] if losses else None,
-                                    "train": cfg.train or "distillation", "seconds": round(seconds, 1)}
+    master.report["fine_tuning"] = {**report, "seconds": round(seconds, 1)}
     OPT_INFO(f"fine-tuning: {len(model.by_name)} layers' weights and biases learned on {len(dataset)} samples "
-             f"in {seconds:.1f} s" + (f" (loss {losses[0]:.4g} in the first epoch, {losses[-1]:.4g} in the last)"
-                                     if losses else ""))
+             f"in {seconds:.1f} s" + _summary(report))
 
 
-def distill(model: TrainableGraph, teacher, feed, dataset, cfg) -> List[float]:
+def _summary(report: dict) -> str:
+    if "loss_first_epoch" not in report:
+        return ""
+    said = f" (loss {report['loss_first_epoch']:.4g} in the first epoch, {report['loss_last_epoch']:.4g} in the last"
+    errors = report["held_out_errors"]
+    if errors:
+        kept = report["kept_epoch"]
+        said += (f"; error on {report['held_out']} held-out samples {errors[0]:.4g} before, {errors[kept]:.4g} "
+                 + (f"after epoch {kept}, kept" if kept else "after no epoch: the start kept"))
+    return said + ")"
+
+
+def held_out_split(length: int, share: float) -> Tuple[List[int], List[int]]:
+    """(training samples, held-out samples) of a dataset of `length`: the held-out ones a
+    fixed random choice of int(share * length), none where that is 0 or leaves no training."""
+    count = int(share * length)
+    if count == 0 or count >= length:
+        return list(range(length)), []
+    order = torch.randperm(length, generator=torch.Generator().manual_seed(SHUFFLE_SEED)).tolist()
+    return sorted(order[count:]), sorted(order[:count])
+
+
+def distill(model: TrainableGraph, teacher, feed, dataset, cfg) -> dict:
     """npuopt's recipe: Adam on the weights (in grid steps) and biases, the learning rate
-    decayed along a cosine, the loss each output's error relative to the float output.
-    Returns the mean loss of each epoch."""
+    decayed along a cosine, the loss each output's error relative to the float output;
+    the parameters of the epoch (or the start) of least error on the held-out samples are
+    kept. Returns the mean loss of the first and last epochs, the held-out errors (before
+    training, after each epoch) and the epoch kept (0: the start)."""
     size = feed.batch_size(cfg.train_batch_size)
-    per_epoch = math.ceil(len(dataset) / size)
+    train, held = held_out_split(len(dataset), cfg.train_holdout)
+    per_epoch = math.ceil(len(train) / size)
     total = per_epoch * cfg.train_epochs
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train_learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / total)))
     apart = teacher.keeps_samples_apart()
+    held_out = Shard(feed, dataset, [held[i:i + size] for i in range(0, len(held), size)], "train_data")
+    errors = [held_out_error(model, teacher, held_out, apart)] if held else []
+    kept = (0, _state(model))
     losses = []
     with tqdm(total=total, desc="fine-tuning", unit="step") as bar:
         for epoch in range(cfg.train_epochs):
-            order = batch_indices(len(dataset), size, cfg.train_shuffle, SHUFFLE_SEED + epoch)  # a seed per epoch
-            shard = Shard(feed, dataset, order, "train_data")
+            order = batch_indices(len(train), size, cfg.train_shuffle, SHUFFLE_SEED + epoch)  # a seed per epoch
+            shard = Shard(feed, dataset, [[train[i] for i in unit] for unit in order], "train_data")
             total_loss = 0.0
             for _, batch in shard.read():
                 inputs = shard.graph_inputs(batch)
@@ -103,9 +130,30 @@ def distill(model: TrainableGraph, teacher, feed, dataset, cfg) -> List[float]:
                 schedule.step()
                 total_loss += loss
                 bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.4g}")
+                last = {"held_out": f"{errors[-1]:.4g}"} if errors else {}
+                bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.4g}", **last)
             losses.append(total_loss / per_epoch)
-    return losses
+            if held:
+                errors.append(held_out_error(model, teacher, held_out, apart))
+                if errors[-1] <= errors[kept[0]]:  # among equals, the later (it learned more)
+                    kept = (epoch + 1, _state(model))
+    if held:
+        model.load_state_dict(kept[1])
+    return {"loss_first_epoch": losses[0], "loss_last_epoch": losses[-1], "held_out": len(held),
+            "held_out_errors": errors, "kept_epoch": kept[0] if held else cfg.train_epochs}
+
+
+def _state(model: TrainableGraph) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def held_out_error(model: TrainableGraph, teacher, shard: Shard, apart: bool) -> float:
+    """The distillation loss over the held-out samples (no gradient), per sample."""
+    total = 0.0
+    with torch.no_grad():
+        for unit, batch in shard.read():
+            total += step_loss(model, teacher, shard.graph_inputs(batch), apart) * shard.size(unit)
+    return total / sum(shard.size(u) for u in range(len(shard)))
 
 
 def step_loss(model: TrainableGraph, teacher, inputs: List[torch.Tensor], apart: bool) -> float:
@@ -134,7 +182,7 @@ def relative_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return error / power if float(power) > 0 else error
 
 
-def run_train_plugin(cfg, model: TrainableGraph, dataset, device) -> List[float]:
+def run_train_plugin(cfg, model: TrainableGraph, dataset, device) -> None:
     """The cfg's Train plugin, as the Compass Optimizer's QAT calls it: made with the
     `train` field's args, called with the model, a DataLoader of train_data (with
     train_label) and the device; its code's failures are one line naming its file."""
@@ -144,4 +192,3 @@ def run_train_plugin(cfg, model: TrainableGraph, dataset, device) -> List[float]
     with plugin_code(reg, f"the Train plugin '{cfg.train}'"):
         loop = reg.obj(*args)
         loop(model, loader, device=device)
-    return []

@@ -13,6 +13,7 @@ import torch
 from conftest import npuopt_run_outputs
 from npuopt.config import load_config
 from npuopt.errors import ConfigError, PluginError
+from npuopt.fine_tuning import held_out_split
 from npuopt.ir import read_graph
 from npuopt.optmaster import OptMaster
 from npuopt.quant.compare import dequantized
@@ -158,6 +159,32 @@ def test_fine_tuning_lowers_the_output_error_below_post_training(tmp_path):
     tuned = report["fine_tuning"]
     assert tuned["samples"] == 100 and tuned["layers"] == 6 and tuned["epochs"] == 4
     assert tuned["loss_last_epoch"] < tuned["loss_first_epoch"]
+    errors = tuned["held_out_errors"]  # 10 samples held out: before training, after each epoch
+    assert tuned["held_out"] == 10 and len(errors) == 5 and tuned["kept_epoch"] >= 1
+    assert errors[tuned["kept_epoch"]] == min(errors)
+
+
+def test_held_out_samples_are_a_fixed_share_apart_from_training():
+    train, held = held_out_split(100, 0.1)
+    assert len(held) == 10 and sorted(train + held) == list(range(100))
+    assert (train, held) == held_out_split(100, 0.1) and held != list(range(90, 100))
+    assert held_out_split(9, 0.1) == (list(range(9)), [])  # under one sample: none held out
+    assert held_out_split(100, 0.0)[1] == []
+
+
+def test_fine_tuning_that_only_raises_the_held_out_error_keeps_the_start(tmp_path):
+    """A learning rate far too high: every epoch's held-out error is above the start's, so
+    the start is kept and the IR is post-training's, byte for byte."""
+    fields = dict(weight_bits=4, quantize_method_for_weight="per_channel_asymmetric", global_calibration="none")
+    for run, extra in (("ptq", {}), ("qat", {"train_data": EXAMPLE / "data.npy", "train_epochs": 2,
+                                              "train_learning_rate": 50})):
+        (tmp_path / run).mkdir()
+        report = OptMaster(tiny(tmp_path / run, **fields, **extra)).run()
+    errors = report["fine_tuning"]["held_out_errors"]
+    assert report["fine_tuning"]["kept_epoch"] == 0 and min(errors[1:]) > errors[0]
+    for suffix in ("_o.txt", "_o.bin"):
+        assert (tmp_path / "qat" / "out" / f"tiny_cnn{suffix}").read_bytes() == \
+            (tmp_path / "ptq" / "out" / f"tiny_cnn{suffix}").read_bytes()
 
 
 class LabelLoop:
