@@ -368,8 +368,7 @@ register_field("set_qinvariant_for_start_nodes", "", _layer_ids,
 register_field("resize_degrade_to_nearest", "false", _bool, "Resize layers use the nearest method instead of their own", _B, per_layer=True)
 register_field("global_calibration", "auto", _global_calibration,
                "global calibration methods run on the whole graph with the calibration data (see README); "
-               "auto: GPTQ where weights are per tensor or below 8 bits (AdaRound on integer weights below 8 bits "
-               "where train_data is set)",
+               "auto: GPTQ where weights are per tensor or below 8 bits",
                "auto, none, or methods like equalization & adaround[0,500] joined by &", unsupported=unknown_global_calibrations)
 register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,
                "OPT's naive search: scored with the first metric on the first `batches` metric batches, the layers "

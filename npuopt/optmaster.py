@@ -222,7 +222,7 @@ class OptMaster:
         calls = [c for c in self.methods if c.method.stage == stage]
         if not calls:
             return
-        if any(c.method.edits_float for c in calls) or self.cfg.train_data:  # (auto then runs adaround)
+        if any(c.method.edits_float for c in calls):
             self.keep_original()
         started = time.perf_counter()
         ran = gc.run_stage(stage, calls, self.calibration_context())

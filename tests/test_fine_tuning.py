@@ -147,7 +147,8 @@ def test_fine_tuning_lowers_the_output_error_below_post_training(tmp_path):
                   label="")
     x = samples(100)
     errors = {}
-    for run, extra in (("ptq", {}), ("qat", {"train_data": EXAMPLE / "data.npy", "train_epochs": 4})):
+    for run, extra in (("ptq", {}), ("qat", {"train_data": EXAMPLE / "data.npy", "train_epochs": 4,
+                                              "train_holdout": 0.2})):
         (tmp_path / run).mkdir()
         master = OptMaster(tiny(tmp_path / run, **fields, **extra))
         report = master.run()
@@ -159,17 +160,36 @@ def test_fine_tuning_lowers_the_output_error_below_post_training(tmp_path):
     tuned = report["fine_tuning"]
     assert tuned["samples"] == 100 and tuned["layers"] == 6 and tuned["epochs"] == 4
     assert tuned["loss_last_epoch"] < tuned["loss_first_epoch"]
-    errors = tuned["held_out_errors"]  # 10 samples held out: before training, after each epoch
-    assert tuned["held_out"] == 10 and len(errors) == 5 and tuned["kept_epoch"] >= 1
+    errors = tuned["held_out_errors"]  # 20 samples held out: before training, after each epoch
+    assert tuned["held_out"] == 20 and len(errors) == 5 and tuned["kept_epoch"] >= 1
     assert errors[tuned["kept_epoch"]] == min(errors)
 
 
 def test_held_out_samples_are_a_fixed_share_apart_from_training():
-    train, held = held_out_split(100, 0.1)
-    assert len(held) == 10 and sorted(train + held) == list(range(100))
-    assert (train, held) == held_out_split(100, 0.1) and held != list(range(90, 100))
-    assert held_out_split(9, 0.1) == (list(range(9)), [])  # under one sample: none held out
-    assert held_out_split(100, 0.0)[1] == []
+    train, held = held_out_split(200, 0.1)
+    assert len(held) == 20 and sorted(train + held) == list(range(200))
+    assert (train, held) == held_out_split(200, 0.1) and held != list(range(180, 200))
+    assert held_out_split(150, 0.1) == (list(range(150)), [])  # under MIN_HELD_OUT (16): none held out
+    assert held_out_split(200, 0.0)[1] == []
+
+
+def test_fine_tuning_starts_from_the_roundings_of_less_held_out_error(tmp_path):
+    """With the default global calibration (GPTQ), AdaRound's roundings are tried as the
+    start too; at learning rate 0 the IR is the post-training one of the method chosen
+    (the one of less held-out error), byte for byte."""
+    from test_global_calibration import run, small_model
+    small_model(tmp_path)  # logits out (tiny_cnn's softmax hides the difference), 64 samples
+    qat = run(tmp_path, "auto", train_data="data.npy", train_epochs="1", train_learning_rate="0",
+              train_holdout="0.25", output_dir="out_qat")
+    start = qat.report["fine_tuning"]["start"]
+    errors = start["held_out_errors"]
+    assert set(errors) == {"gptq_zy", "adaround"} and start["chosen"] == min(errors, key=errors.get)
+    assert errors["gptq_zy"] != errors["adaround"]
+    for name, method in (("gptq_zy", "auto"), ("adaround", "adaround")):
+        run(tmp_path, method, output_dir=f"out_{name}")
+        same = (tmp_path / f"out_{name}" / "small_o.bin").read_bytes() == \
+            (tmp_path / "out_qat" / "small_o.bin").read_bytes()
+        assert same == (name == start["chosen"]), name
 
 
 def test_fine_tuning_that_only_raises_the_held_out_error_keeps_the_start(tmp_path):
@@ -177,7 +197,7 @@ def test_fine_tuning_that_only_raises_the_held_out_error_keeps_the_start(tmp_pat
     the start is kept and the IR is post-training's, byte for byte."""
     fields = dict(weight_bits=4, quantize_method_for_weight="per_channel_asymmetric", global_calibration="none")
     for run, extra in (("ptq", {}), ("qat", {"train_data": EXAMPLE / "data.npy", "train_epochs": 2,
-                                              "train_learning_rate": 50})):
+                                              "train_learning_rate": 50, "train_holdout": 0.2})):
         (tmp_path / run).mkdir()
         report = OptMaster(tiny(tmp_path / run, **fields, **extra)).run()
     errors = report["fine_tuning"]["held_out_errors"]

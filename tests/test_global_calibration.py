@@ -250,25 +250,6 @@ def test_the_default_runs_gptq_where_weights_are_per_tensor_or_below_8_bits(mode
     assert master.report["global_calibration"] == ["auto"]
 
 
-def test_the_default_rounds_as_adaround_where_fine_tuning_follows(model):
-    """With train_data set, `auto` gives integer weights below 8 bits AdaRound's roundings
-    (fine-tuning starts from them; at learning rate 0 it keeps them), and the metrics still
-    compare with the float model as read (AdaRound sets float biases)."""
-    path, _ = model
-    at_rest = dict(train_data="data.npy", train_epochs="1", train_learning_rate="0")
-    planned = {}
-    for method in ("gptq_zy", "adaround", "auto"):
-        master = run(path, method, **at_rest)
-        planned[method] = [n.attrs["planned_integers"]["weights"] for n in master.graph.nodes
-                           if "planned_integers" in n.attrs]
-    assert len(planned["auto"]) == 4
-    assert all(torch.equal(a, b) for a, b in zip(planned["auto"], planned["adaround"]))
-    assert not all(torch.equal(a, b) for a, b in zip(planned["auto"], planned["gptq_zy"]))
-    read = read_graph(str(path / "small.txt")).node("fc").get_constant("biases").betensor
-    assert torch.equal(master.original.node("fc").get_constant("biases").betensor, read)  # auto's run
-    assert not torch.equal(master.graph.node("fc").get_constant("biases").betensor, read)
-
-
 def test_the_default_gptq_lowers_the_per_tensor_error(tmp_path):
     unbalanced_model(tmp_path)
     nearest = output_error(run(tmp_path, "none", **PER_TENSOR), tmp_path)

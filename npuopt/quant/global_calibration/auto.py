@@ -10,12 +10,6 @@ cfg's defaults (per-tensor symmetric 8-bit) give top-1 0.856 with nearest roundi
 ways tried on the defaults stayed within a few images of 0.860 (README, "Global
 calibration"). `global_calibration = none` turns it off.
 
-Where fine-tuning follows (the cfg sets `train_data`), the layers with integer weights
-below 8 bits get AdaRound's roundings instead: fine-tuning starts from them. Measured on
-Lite0 with 4-bit per-channel weights (trained on calib[0:400], relative output error on
-calib[400:500]): from GPTQ 0.175 before and 0.160 after 3 epochs, from AdaRound 0.111 and
-0.108; on val (the model test, all 500 calib images) 0.834 and 0.856 top-1.
-
 It needs the calibration data: a run with a statistic_file and no calibration_data
 keeps nearest rounding and says so.
 """
@@ -26,7 +20,6 @@ from ...logger import OPT_WARN
 from ..settings import settings_of
 from . import global_calibration
 from ._layers import rounded_layers
-from .adaround import adaround
 from .gptq import gptq_zy
 
 
@@ -41,32 +34,17 @@ def coarse(node) -> bool:
     return not (method.per_channel or method.per_block) or st.weight_bits < 8
 
 
-def below_8_bits(node) -> bool:
-    """Integer weights below 8 bits: the layers AdaRound rounds where fine-tuning follows."""
-    st = settings_of(node)
-    return st.weights_format == "int" and st.weight_bits < 8
-
-
-def _within(ctx, scope):
-    outer = ctx.scope
-    return dataclasses.replace(ctx, scope=lambda node: scope(node) and (outer is None or outer(node)))
-
-
 @global_calibration("auto", "after_calibration", edits_float=False, data_parallel=True)
 def auto(ctx, params) -> None:
-    """npuopt's default: gptq_zy on the layers whose weights are per tensor or below 8 bits
-    (adaround on integer weights below 8 bits where fine-tuning follows)."""
+    """npuopt's default: gptq_zy on the layers whose weights are per tensor or below 8 bits."""
     if params:
         raise ConfigError("field 'global_calibration': auto takes no params")
-    ctx = _within(ctx, coarse)
+    outer = ctx.scope
+    ctx = dataclasses.replace(ctx, scope=lambda node: coarse(node) and (outer is None or outer(node)))
     if not rounded_layers(ctx, minifloat=True):
         return
     if not ctx.has_data:
         OPT_WARN("global_calibration 'auto': no calibration_data to run GPTQ on, so weights keep nearest rounding "
                  "(set global_calibration = none to silence this)")
         return
-    if ctx.field_of("train_data", None):
-        adaround(_within(ctx, below_8_bits), [])
-        ctx.plan.forget()  # it set float biases (the run kept the float model first: OptMaster.global_calibration)
-        ctx = _within(ctx, lambda node: not below_8_bits(node))
     gptq_zy(ctx, [])
