@@ -181,7 +181,7 @@ def distill(model: TrainableGraph, teacher, feed, dataset, train: List[int], hel
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / total)))
     apart = held_out.apart
     errors = [held_out.error(model)] if held else []
-    kept = (0, _state(model))
+    kept = (0, _state(model) if held else None)
     losses = []
     with tqdm(total=total, desc="fine-tuning", unit="step") as bar:
         for epoch in range(cfg.train_epochs):
@@ -205,8 +205,7 @@ def distill(model: TrainableGraph, teacher, feed, dataset, train: List[int], hel
                     kept = (epoch + 1, _state(model))
     if held:
         model.load_state_dict(kept[1])
-    return {"loss_first_epoch": losses[0], "loss_last_epoch": losses[-1],
-            "held_out": held_out.count,
+    return {"loss_first_epoch": losses[0], "loss_last_epoch": losses[-1], "held_out": held_out.count,
             "held_out_errors": errors, "kept_epoch": kept[0] if held else cfg.train_epochs}
 
 
