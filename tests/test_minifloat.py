@@ -16,7 +16,7 @@ from conftest import npuopt_run_outputs, transformer_encoder_cosine
 from npuopt.dtype import Dtype, bytes_to_tensor, fit_float, tensor_to_bytes
 from npuopt.ir import read_graph, write_graph
 from npuopt.quant import minifloat
-from npuopt.quant.quantizer import build_quantized_graph, float_layers
+from npuopt.quant.quantizer import build_quantized_graph, count_boundaries, float_layers
 from npuopt.quant.settings import QuantSettings
 from test_ops_conv import params_of
 from test_quantize_ops import batches, one_layer, quantize
@@ -261,6 +261,8 @@ def test_an_integer_tensor_read_by_fp8_and_float16_layers_has_one_dequantize(tmp
     settings["tanh"] = QuantSettings(trigger_float_op="float16_preferred")
     qg, kept = build_quantized_graph(graph, settings, float_layers(graph, settings))
     assert kept == {"tanh"}
+    inserted = sum(n.type in ("Quantize", "DeQuantize") for n in qg.nodes)
+    assert count_boundaries(graph, {"tanh"}, settings) == inserted  # what a precision search counts
     dequantized = [n for n in qg.nodes if n.type == "DeQuantize" and n.inputs[0].name == s[0]]
     assert [n.outputs[0].dtype.value for n in dequantized] == ["float16"]
     readers = {n.name for n in qg.nodes if dequantized[0].outputs[0] in n.inputs}
