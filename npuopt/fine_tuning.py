@@ -15,7 +15,7 @@ called with the model, a DataLoader of train_data/train_label and the device).
 import dataclasses
 import math
 import time
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -82,8 +82,9 @@ def fine_tune(master) -> None:
         size = master.feed.batch_size(cfg.train_batch_size)
         held_out = HeldOut(teacher, Shard(master.feed, dataset, [held[i:i + size] for i in range(0, len(held), size)],
                                           "train_data"))
-        model, report["start"] = choose_start(master, held_out) if held else (trainable(master), None)
-        report.update(distill(model, teacher, master.feed, dataset, train, held_out, cfg))
+        model, report["start"], start_error = choose_start(master, held_out) if held else \
+            (trainable(master), None, None)
+        report.update(distill(model, teacher, master.feed, dataset, train, held_out, cfg, start_error))
     report["layers"] = len(model.by_name)
     model.finish()
     seconds = time.perf_counter() - started
@@ -111,7 +112,7 @@ def held_out_split(length: int, share: float) -> Tuple[List[int], List[int]]:
     count = int(share * length)
     if count < MIN_HELD_OUT or count >= length:
         return list(range(length)), []
-    order = torch.randperm(length, generator=torch.Generator().manual_seed(SHUFFLE_SEED)).tolist()
+    order = batch_indices(length, length, shuffle=True)[0]
     return sorted(order[count:]), sorted(order[:count])
 
 
@@ -136,8 +137,9 @@ def trainable(master) -> TrainableGraph:
     return TrainableGraph(master.plan, learn_ranges=master.cfg.train_ranges == "weights")
 
 
-def choose_start(master, held_out: HeldOut) -> Tuple[TrainableGraph, dict]:
-    """The trainable model to start from, and how it was chosen: where global calibration
+def choose_start(master, held_out: HeldOut) -> Tuple[TrainableGraph, Optional[dict], Optional[float]]:
+    """The trainable model to start from, how it was chosen and its held-out error (None
+    where it was not measured): where global calibration
     is the default (GPTQ) and the calibration data are at hand, AdaRound's roundings of the
     integer weights below 8 bits are tried too, and the start of less error on the held-out
     samples taken (on Lite0's 4-bit weights AdaRound's; on the parser's random-weight
@@ -148,7 +150,7 @@ def choose_start(master, held_out: HeldOut) -> Tuple[TrainableGraph, dict]:
     default = [call.method.name for call in master.methods] == ["auto"] and master.methods[0].scope is None
     model = trainable(master)
     if not (rounded and default and master.has_calibration_data()):
-        return model, None
+        return model, None, None
     states = {name: plan.layer_state(name) for name in rounded}
     errors = {"gptq_zy": held_out.error(model)}
     ctx = master.calibration_context()
@@ -164,15 +166,17 @@ def choose_start(master, held_out: HeldOut) -> Tuple[TrainableGraph, dict]:
         model = trainable(master)
     OPT_INFO(f"fine-tuning starts from {chosen}'s roundings: error on the held-out samples "
              + ", ".join(f"{k} {v:.4g}" for k, v in errors.items()))
-    return model, {"chosen": chosen, "held_out_errors": errors}
+    return model, {"chosen": chosen, "held_out_errors": errors}, errors[chosen]
 
 
-def distill(model: TrainableGraph, teacher, feed, dataset, train: List[int], held_out: HeldOut, cfg) -> dict:
+def distill(model: TrainableGraph, teacher, feed, dataset, train: List[int], held_out: HeldOut, cfg,
+            start_error: Optional[float] = None) -> dict:
     """npuopt's recipe: Adam on the weights (in grid steps) and biases, the learning rate
     decayed along a cosine, the loss each output's error relative to the float output;
     the parameters of the epoch (or the start) of least error on the held-out samples are
-    kept. Returns the mean loss of the first and last epochs, the held-out errors (before
-    training, after each epoch) and the epoch kept (0: the start)."""
+    kept (`start_error`: the start's, where choose_start measured it). Returns the mean
+    loss of the first and last epochs, the held-out errors (before training, after each
+    epoch) and the epoch kept (0: the start)."""
     size = feed.batch_size(cfg.train_batch_size)
     held = held_out.count > 0
     per_epoch = math.ceil(len(train) / size)
@@ -180,7 +184,7 @@ def distill(model: TrainableGraph, teacher, feed, dataset, train: List[int], hel
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train_learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / total)))
     apart = held_out.apart
-    errors = [held_out.error(model)] if held else []
+    errors = [start_error if start_error is not None else held_out.error(model)] if held else []
     kept = (0, _state(model) if held else None)
     losses = []
     with tqdm(total=total, desc="fine-tuning", unit="step") as bar:

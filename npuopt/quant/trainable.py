@@ -33,6 +33,7 @@ from .compare import dequantized
 from .global_calibration._layers import has_tuned_weights
 from .settings import settings_of
 
+
 class _ExactWithGradientOf(torch.autograd.Function):
     """The exact value forward, the surrogate's gradient backward."""
 

@@ -18,6 +18,7 @@ from ..settings import settings_of
 from . import global_calibration, one_thread
 from ._layers import has_tuned_weights
 
+
 def correctable(ctx) -> list:
     """The layers in scope with weights and biases that will be quantized."""
     return [n for n in ctx.graph.nodes if has_tuned_weights(n) and "biases" in n.constants
