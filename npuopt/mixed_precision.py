@@ -29,6 +29,7 @@ from .precision_search import AS_SET, BUDGETS, OutputError, PrecisionSearch, lay
 from .quant import global_calibration as gc
 from .quant.candidates import parse_candidates
 from .quant.precision_costs import Costs
+from .quant.weight_plans import has_stale_plans
 
 WIDE = dict(activation_bits=16, weight_bits=16, bias_bits=48, lut_items_in_bits=10)
 FLOAT = dict(trigger_float_op="float32_preferred")
@@ -110,6 +111,10 @@ def naive_search(plan, score_of, batches: int, threshold: float, less: bool) -> 
              f"mixed_precision_auto_search ({search.evaluations} evaluations): every layer as set (the drop "
              f"{drop:.6f} is within {threshold})")
     raised: List[str] = search.names[split:]
+    regridded = [n for n in raised if has_stale_plans(plan.graph.node(n))]
+    if regridded:
+        OPT_INFO(f"mixed_precision_auto_search: {len(regridded)} raised layers round their weights to nearest on "
+                 f"the new grid (global calibration's roundings were for the grid before)")
     return {"batches": batches, "threshold": threshold, "less": less, "float_score": search.float_score,
             "drop": drop, "split": split, "tail": kind if raised else "none", "layers": raised,
             "evaluations": search.evaluations}

@@ -533,6 +533,23 @@ def test_mixed_precision_auto_search_raises_a_tail_as_the_tool_chain_searches(tm
     assert (found["tail"], found["split"]) == ("float", 0)
 
 
+def test_the_tail_the_search_raises_is_not_read_with_global_calibrations_2_bit_roundings(tmp_path):
+    """With the default global calibration (GPTQ plans 2-bit integers for every weighted
+    layer), the layers the search raises to 16 bits are rounded on their 16-bit grid: the
+    plans made for the 2-bit grid read there were values 2^14 times too small (on the
+    parser's mobilenet_v2 at 4 bits the output was all zeros)."""
+    from npuopt.ir import read_graph
+    cfg = tiny(tmp_path, weight_bits="2", mixed_precision_auto_search="1,0.0,L", metric_batch_size=50)
+    report = OptMaster(cfg).run()
+    found = report["mixed_precision_auto_search"]
+    assert report["global_calibration"] == ["auto"]
+    assert (found["split"], found["tail"], found["drop"]) == (4, "16-bit", 0.0)
+    graph = read_graph(str(tmp_path / "out" / "tiny_cnn_o.txt"))
+    raised = [n for n in graph.nodes if n.name in found["layers"] and "weights" in n.constants]
+    assert raised and all(str(n.constants["weights"].dtype) == "int16" for n in raised)
+    assert all(float(n.constants["weights"].betensor.abs().max()) > 2 ** 14 for n in raised)  # the grid's range
+
+
 def test_mixed_precision_auto_search_needs_the_metric_data(tmp_path):
     with pytest.raises(ConfigError, match=r"field 'mixed_precision_auto_search': the search scores .* set 'dataset', "):
         OptMaster(tiny(tmp_path, mixed_precision_auto_search="1,0.01,L", data="", metric="")).run()

@@ -12,6 +12,7 @@ from npuopt.errors import ConfigError
 from npuopt.ir import write_graph
 from npuopt.ir.builder import GraphBuilder
 from npuopt.quant.global_calibration.svd_quant import SpectrumFit, denoised_range, smoothed
+from npuopt.quant.weight_plans import planned
 
 from conftest import output_mse, run_cfg
 
@@ -128,7 +129,7 @@ def test_mode_3_plans_fully_connected_weight_ranges_in_scope_only(plain, caplog)
     assert "svd_quant (mode 3): the weight ranges of 2 FullyConnected layers searched" in caplog.text
     factors = torch.linspace(0.5, 2.0, 10)
     for name in ("fc0", "fc1"):
-        lo, hi = master.graph.node(name).attrs["planned_ranges"]["weights"]
+        lo, hi = planned(master.graph.node(name), "planned_ranges", "weights")
         w = master.graph.node(name).get_constant("weights").betensor
         assert torch.isclose(factors, torch.tensor(float(hi) / float(w.abs().max()))).any()
     scoped = run(path, "svd_quant[3][Convolution]")

@@ -30,9 +30,7 @@ from ..passes.batch_dim import parallel_batches, written_batch
 from .qconfig import apply_qconfig
 from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
 from .settings import QuantSettings, layer_values, note_settings, settings_of
-
-
-PLANNED_ATTRS = ("planned_integers", "planned_ranges")  # a layer's attrs that global calibration methods plan
+from .weight_plans import PLANNED_ATTRS
 
 
 class QuantPlan:

@@ -8,6 +8,7 @@ from typing import List
 import torch
 
 from . import qmath
+from .weight_plans import planned_keys
 
 
 def _number_or_span(v, kind=float):
@@ -31,7 +32,7 @@ def quantization_rows(qgraph, float_graph) -> List[dict]:
     """One row per layer of the quantized graph, in graph order."""
     planned = {n.name: [f"{what} of '{key}'" for what, attr in (("range", "planned_ranges"),
                                                                  ("rounding", "planned_integers"))
-                        for key in n.attrs.get(attr, {})]
+                        for key in planned_keys(n, attr)]
                + [f"range of output '{t.name}'" for t in n.outputs if t.planned_range is not None]
                for n in float_graph.nodes}
     rows = []

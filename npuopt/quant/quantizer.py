@@ -136,7 +136,7 @@ def kept_tensors(float_nodes) -> dict:
         if reg is not None and not reg.builtin:
             continue
         tensors = [c.betensor for c in node.constants.values()]
-        tensors += node.attrs.get("planned_integers", {}).values()
+        tensors += [q for _, q in node.attrs.get("planned_integers", {}).values()]
         memo.update((id(t), t) for t in tensors)
     return memo
 

@@ -13,6 +13,7 @@ from .bias_bits import adapted_bias_bits
 from .settings import settings_of
 from .statistics import Statistics
 from .strategies import activation_range_of, calibrate_range
+from .weight_plans import planned, set_planned
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -178,9 +179,9 @@ def weight_range(node, key: str = "weights", axis: int = 0, groups: int = 1) -> 
     method's planned range, or the calibrated one: per channel along `axis`, per group
     of channels (per-tensor settings on a grouped layer, as the tool chain does), per
     block (per_block_* methods: _block_range), or per tensor (numbers); 0 always inside."""
-    planned = node.attrs.get("planned_ranges", {}).get(key)
-    if planned is not None:
-        return planned
+    planned_range = planned(node, "planned_ranges", key)
+    if planned_range is not None:
+        return planned_range
     st = settings_of(node)
     w = node.get_constant(key).betensor.detach().to(torch.float32).cpu()
     method = st.quantize_method_for_weight
@@ -257,10 +258,7 @@ def plan_weight_range(node, key: str, lo, hi) -> None:
     """A global calibration method's range for constant `key` (numbers, or tensors
     along the grid's axis), used by weight_grid instead of the calibrated one (lo
     None: back to that)."""
-    if lo is None:
-        node.attrs.get("planned_ranges", {}).pop(key, None)
-    else:
-        node.attrs.setdefault("planned_ranges", {})[key] = (lo, hi)
+    set_planned(node, "planned_ranges", key, None if lo is None else (lo, hi))
 
 
 def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
@@ -270,22 +268,22 @@ def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
     plans of a default run held the model's size again: 344 MB on ViT-B/16)."""
     fmt = settings_of(node).weights_format
     if fmt != "int":  # minifloat values, kept as float32
-        node.attrs.setdefault("planned_integers", {})[key] = minifloat.round_to(q.detach().cpu(), fmt)
+        set_planned(node, "planned_integers", key, minifloat.round_to(q.detach().cpu(), fmt))
         return
     q = q.detach().round().cpu()
     lo, hi = (int(v) for v in q.aminmax()) if q.numel() else (0, 0)
     kind = next(t for t in (torch.int8, torch.int16, torch.int32)
                 if torch.iinfo(t).min <= lo and hi <= torch.iinfo(t).max)
-    node.attrs.setdefault("planned_integers", {})[key] = q.to(kind)
+    set_planned(node, "planned_integers", key, q.to(kind))
 
 
 def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
     """The integers constant `key` will be stored as (float32, on the CPU): the rounding a
     global calibration method planned for it, or the nearest."""
     w = node.get_constant(key).betensor
-    planned = node.attrs.get("planned_integers", {}).get(key)
-    if planned is not None and tuple(planned.shape) == tuple(w.shape):
-        return planned.to(torch.float32).clamp(grid.qmin, grid.qmax)
+    q = planned(node, "planned_integers", key)
+    if q is not None and tuple(q.shape) == tuple(w.shape):
+        return q.to(torch.float32).clamp(grid.qmin, grid.qmax)
     return grid.quantize(w.detach().to(torch.float32).cpu())
 
 

@@ -32,6 +32,7 @@ from . import tensors as QT
 from .compare import dequantized
 from .global_calibration._layers import has_tuned_weights
 from .settings import settings_of
+from .weight_plans import planned
 
 
 class _ExactWithGradientOf(torch.autograd.Function):
@@ -62,14 +63,14 @@ class LearnedLayer(torch.nn.Module):
         super().__init__()
         self.node = node
         self.groups = node.get_param("group", 1) if node.type != OpType.FullyConnected else 1
-        planned = node.attrs.get("planned_ranges", {}).get("weights")
-        self.range = planned if planned is not None else QT.weight_range(node, "weights", 0, self.groups)
+        planned_range = planned(node, "planned_ranges", "weights")
+        self.range = planned_range if planned_range is not None else QT.weight_range(node, "weights", 0, self.groups)
         QT.plan_weight_range(node, "weights", *self.range)  # the grid stays as it is (or as learned)
         w = node.get_constant("weights").betensor.detach().to(torch.float32)
         self.grid = QT.weight_grid(node, "weights", 0, self.groups)
         self.scale0, self.zp0 = self._along(self.grid, w.device)
         self.scale, self.zp = self.scale0, self.zp0  # the grid last planned
-        integers = node.attrs.get("planned_integers", {}).get("weights")
+        integers = planned(node, "planned_integers", "weights")
         start = integers.to(torch.float32).to(w.device) if integers is not None and integers.shape == w.shape \
             else w * self.scale0 - self.zp0
         self.units = torch.nn.Parameter(start.clone())

@@ -26,6 +26,7 @@ from .. import qmath
 from .. import tensors as QT
 from ..compare import dequantized
 from ..settings import settings_of
+from ..weight_plans import planned
 from . import global_calibration, one_thread
 from ._layers import LayerData, Stream, has_tuned_weights, read_params
 
@@ -87,7 +88,7 @@ def _chunks(node, lo, ngroups: int) -> List[Optional[torch.Tensor]]:
 
 def search_weights(node, plan, score: LayerScore, factors: List[float], ngroups: int) -> None:
     """Plan the weights' range (per chunk of channels) whose layer scores best."""
-    before = node.attrs.get("planned_ranges", {}).get("weights")
+    before = planned(node, "planned_ranges", "weights")
     lo, hi = QT.weight_range(node, "weights", 0, node.get_param("group", 1))
 
     def try_range(factor) -> float:

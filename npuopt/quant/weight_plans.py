@@ -1,0 +1,40 @@
+"""What global calibration methods plan for a layer's weights (their rounding, their
+grid's range), kept in the float graph's layer attrs with the grid settings they were
+planned for. A plan holds on that grid only: GPTQ's 4-bit integers read on the 16-bit
+grid the naive mixed-precision search gives a layer afterwards are values 2^12 times too
+small (the parser's mobilenet_v2 then output zeros); on another grid the weights take
+their calibrated range and nearest rounding, as a fresh run with that grid would."""
+from .settings import settings_of
+
+PLANNED_ATTRS = ("planned_integers", "planned_ranges")  # the layer attrs that hold them
+
+
+def grid_settings(node) -> tuple:
+    """The settings that make a layer's weight grid."""
+    st = settings_of(node)
+    method = st.quantize_method_for_weight
+    return st.weights_format, st.weight_bits, str(method), st.weight_block_size if method.per_block else None
+
+
+def planned(node, attr: str, key: str):
+    """The plan (`attr`: one of PLANNED_ATTRS) for constant `key` on the layer's current grid, or None."""
+    entry = node.attrs.get(attr, {}).get(key)
+    return entry[1] if entry is not None and entry[0] == grid_settings(node) else None
+
+
+def set_planned(node, attr: str, key: str, value) -> None:
+    """Plan `value` for constant `key` on the layer's current grid (None: no plan)."""
+    if value is None:
+        node.attrs.get(attr, {}).pop(key, None)
+    else:
+        node.attrs.setdefault(attr, {})[key] = (grid_settings(node), value)
+
+
+def planned_keys(node, attr: str) -> list:
+    """The constants with a plan in `attr` that holds on the layer's current grid."""
+    return [key for key in node.attrs.get(attr, {}) if planned(node, attr, key) is not None]
+
+
+def has_stale_plans(node) -> bool:
+    """Whether the layer holds plans made for a grid it no longer has."""
+    return any(entry[0] != grid_settings(node) for attr in PLANNED_ATTRS for entry in node.attrs.get(attr, {}).values())
