@@ -198,3 +198,16 @@ def test_weighted_scale_params_automatic_form_takes_the_alpha_that_loses_least()
             best = (err, extent)
     assert hi == pytest.approx(best[1]) and lo == -hi
     assert min(neg, pos) <= hi <= max(neg, pos)
+
+
+@pytest.mark.parametrize("magnitude", [1e-8, 1.0])
+def test_weighted_scale_params_automatic_form_scales_with_the_tensor(magnitude):
+    """The automatic form's range follows the tensor's magnitude below float32's eps too
+    (the tool chain's zero band took such a side for empty: scale 1, all values rounded to
+    zero on the parser's mobilenet_v2), and a side with no values has no say in it."""
+    x = samples("gaussian") * 0.5
+    lo, hi = calibrate_range(stats_of(x * magnitude), "weighted_scale_param[2,0.2,0.3,0.4]", 8)
+    ref_lo, ref_hi = calibrate_range(stats_of(x), "weighted_scale_param[2,0.2,0.3,0.4]", 8)
+    assert hi == pytest.approx(ref_hi * magnitude, rel=1e-4) and lo == pytest.approx(ref_lo * magnitude, rel=1e-4)
+    lo, hi = calibrate_range(stats_of(np.abs(x) * magnitude), "weighted_scale_param[2,0.2,0.3,0.4]", 8)
+    assert lo == 0.0 and 0.5 * magnitude < hi <= float(np.abs(x).max()) * magnitude * (1 + 1e-6)

@@ -291,14 +291,21 @@ def weighted_scale_range(stats: Statistics, bits: int, params: tuple):
     state from tensor to tensor through the run (its results depend on the order tensors
     are calibrated in) and reads the last batch's values; npuopt takes, per tensor, the
     alpha in [0, 1] (steps of 0.01) whose grid loses least over the tensor's histogram
-    (rounding plus clipping, as mse_range counts it)."""
+    (rounding plus clipping, as mse_range counts it), and a side below the tool chain's
+    zero band (float32 eps) counts as empty only when it is: the parser's random-weight
+    mobilenet_v2 has tensors of magnitude 1e-8, which the band's scale 1 turned to zeros."""
     if isinstance(stats.min, torch.Tensor):
         return stats.running_min, stats.running_max
     levels = float((1 << bits) - 1)
-    tiny = float(torch.finfo(torch.float32).eps)
     pos, neg = abs(max(0.0, float(stats.running_max))), abs(min(0.0, float(stats.running_min)))
-    s_pos, s_neg = levels / (pos if pos >= tiny else levels), levels / (neg if neg >= tiny else levels)
     a, b, c, d = params
+    if a > 1:  # an empty side has no say in alpha
+        if pos == neg == 0.0:
+            return 0.0, 0.0
+        s_pos, s_neg = levels / (pos or neg), levels / (neg or pos)
+    else:      # the tool chain's zero band
+        band = float(torch.finfo(torch.float32).eps)
+        s_pos, s_neg = levels / (pos if pos >= band else levels), levels / (neg if neg >= band else levels)
     signed = float(stats.min) < 0
     if a > 1:
         alpha = torch.linspace(0.0, 1.0, 101, dtype=torch.float64)[:, None]
