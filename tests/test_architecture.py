@@ -27,7 +27,7 @@ LAYERS = [
      "npuopt.quant.strategies", "npuopt.quant.formats", "npuopt.quant.candidates", "npuopt.quant.minifloat",
      "npuopt.quant.bias_bits", "npuopt.ir.values"],
     ["npuopt.cfg_reader", "npuopt.config", "npuopt.quant.settings"],
-    ["npuopt.tensor", "npuopt.node", "npuopt.graph", "npuopt.quant.fields"],
+    ["npuopt.tensor", "npuopt.node", "npuopt.graph", "npuopt.quant.fields", "npuopt.quant.weight_plans"],
     ["npuopt.ir", "npuopt.ir.reader", "npuopt.ir.writer"],
     ["npuopt.quant.tensors", "npuopt.quant.compare"],
     ["npuopt.ops"],
