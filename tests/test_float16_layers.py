@@ -14,22 +14,23 @@ from npuopt.dtype import Dtype, fit_float
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
 from npuopt.quant.calibration import Calibrator, attach_statistics
-from npuopt.quant.quantizer import build_quantized_graph, float_layers
+from npuopt.quant.quantizer import build_quantized_graph, float_layers, warn_float16_ranges
 from npuopt.quant.settings import QuantSettings
 from npuopt_run.runner import to_float_type
 from test_ops_conv import params_of
 from test_quantize_ops import batches
 
 
-def conv_between_integer_layers(mode):
-    """input -> conv1 (integers) -> conv2 (kept in float, `mode`) -> relu (integers)."""
+def conv_between_integer_layers(mode, factor: float = 100):
+    """input -> conv1 (integers) -> conv2 (kept in float, `mode`; weights N(0, factor^2),
+    biases 1e-5 of that) -> relu (integers)."""
     torch.manual_seed(0)
     b = GraphBuilder("t")
     x = b.input("in", [1, 6, 6, 3])
     params = params_of((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, 4, "NONE")
     a = b.layer("Convolution", "conv1", [x], params, {"weights": torch.randn(4, 3, 3, 3), "biases": torch.randn(4)})
-    c = b.layer("Convolution", "conv2", a, params, {"weights": torch.randn(4, 3, 3, 4) * 100,
-                                                     "biases": torch.randn(4) * 1e-3})
+    c = b.layer("Convolution", "conv2", a, params, {"weights": torch.randn(4, 3, 3, 4) * factor,
+                                                     "biases": torch.randn(4) * factor * 1e-5})
     r = b.layer("Activation", "relu", c, dict(method="RELU"))
     graph = b.build(r)
     graph.mark_integer_tensors()
@@ -60,6 +61,20 @@ def test_a_float16_layer_holds_values_of_its_type(tmp_path, mode, dtype):
     assert torch.equal(back.forward(x)[0], got)
     ran = npuopt_run_outputs(path, x[0].numpy(), tmp_path)[qg.output_tensors[0].name]
     assert np.abs(ran.astype(np.int64) - got.numpy().astype(np.int64)).max() <= 1   # a float16 step at most
+
+
+@pytest.mark.parametrize("factor, said", [(100, False), (1e-9, True), (1e5, True)])
+def test_float16_tensors_out_of_the_types_range_are_named(caplog, factor, said):
+    """A float16 layer whose calibrated outputs lie below float16's smallest normal (the
+    parser's random-weight mobilenet_v2: about 1e-11, all zeros in float16) or above its
+    largest gets one warning naming its tensor; bfloat16 none."""
+    for mode in ("float16_preferred", "bfloat16_preferred!"):
+        graph, qg, _ = conv_between_integer_layers(mode, factor)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="npuopt"):
+            warn_float16_ranges(qg, graph)
+        warned = "1 float16 tensor(s) hold values float16 cannot" in caplog.text and "'conv2'" in caplog.text
+        assert warned == (said and mode == "float16_preferred"), caplog.text
 
 
 def test_values_beyond_the_type_are_clamped_and_infinities_kept():

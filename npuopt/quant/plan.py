@@ -28,7 +28,7 @@ from ..errors import ConfigError
 from ..logger import OPT_INFO
 from ..passes.batch_dim import parallel_batches, written_batch
 from .qconfig import apply_qconfig
-from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize
+from .quantizer import build_quantized_graph, float_layers, quantized_graph_edits, requantize, warn_float16_ranges
 from .settings import QuantSettings, layer_values, note_settings, settings_of
 from .weight_plans import PLANNED_ATTRS
 
@@ -66,6 +66,7 @@ class QuantPlan:
         keep = float_layers(self.graph, self.settings)
         with quantized_graph_edits(self.graph, self.cfg):
             self.qgraph, self.float_kept = build_quantized_graph(self.graph, self.settings, keep)
+        warn_float16_ranges(self.qgraph, self.graph)
         return self.qgraph
 
     def as_written(self, qgraph):

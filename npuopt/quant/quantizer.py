@@ -84,6 +84,32 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
     return graph, keep_float
 
 
+def warn_float16_ranges(qgraph, float_graph) -> None:
+    """One warning naming the float16 tensors of `qgraph` whose calibrated values float16
+    cannot hold: below its smallest normal (fewer bits; 0 below 6e-8, as on the parser's
+    random-weight mobilenet_v2, whose deep activations are about 1e-11: every float16 or
+    fp8-with-float16-conversions run of it output zeros) or above its largest (clamped)."""
+    tiny, huge = float(torch.finfo(torch.float16).tiny), float(torch.finfo(torch.float16).max)
+    calibrated = {t.name: t for t in float_graph.tensors if t.statistics is not None}
+    found = {}
+    for node in qgraph.nodes:
+        for t in node.outputs:
+            source = node.inputs[0].name if node.type == OpType.DeQuantize else t.name
+            if t.dtype != Dtype.FP16 or source not in calibrated or source in found:
+                continue
+            ft = calibrated[source]
+            largest = max(abs(float(ft.extrema_min)), abs(float(ft.extrema_max)))
+            if 0 < largest < tiny or largest > huge:
+                found[source] = largest
+    if found:
+        shown = ", ".join(f"'{name}' ({v:.3g})" for name, v in list(found.items())[:3])
+        least = min(found, key=found.get)
+        OPT_WARN(f"{len(found)} float16 tensor(s) hold values float16 cannot: largest magnitude below its smallest "
+                 f"normal {tiny:.3g} (precision lost, 0 below 6e-8) or above {huge:g} (clamped): {shown}"
+                 f"{f' ... (least: {found[least]:.3g} in {least!r})' if len(found) > 3 else ''}; bfloat16 "
+                 f"(bfloat16_* modes) keeps float32's range")
+
+
 def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed: Set[str]) -> Optional[Set[str]]:
     """Quantize again, inside `qgraph` (built by build_quantized_graph from `float_graph`),
     the layers named in `changed` (their settings or plan changed) and the layers after
