@@ -15,10 +15,6 @@ from .quant.statistics import Statistics
 from .registry import OP_FORWARDS, OP_QUANTIZERS, plugin_code
 from .tensor import PyTensor, opt_form
 
-# float layer types whose sums run in float64 where their tops are float16/bfloat16
-FLOAT64_SUMS = ("Convolution", "DepthwiseConv", "ConvTranspose", "Convolution3D", "ConvTranspose3D",
-                "FullyConnected", "MatMul")
-
 _MISSING = object()
 _OBSERVING = [True]
 
@@ -238,13 +234,9 @@ class PyNode:
     def _weights_in_float(self):
         """A layer kept in float computes in float32: integer weights (weight-only
         quantization) dequantized, whatever its type, and float16/bfloat16 constants (as an
-        IR read back holds them) as float32 values. A linear layer with float16/bfloat16
-        tops sums in float64 (its float32 inputs and constants exact there), so that its
-        tops, rounded to float32 and then to their type, do not depend on the order of the
-        sums: npuopt-run's are the same (docs/integer-semantics.md, "Float layers")."""
-        kept, inputs = {}, []
+        IR read back holds them) as float32 values."""
+        kept = {}
         if not self.quantized:
-            wide = self.type in FLOAT64_SUMS and any(t.dtype in (Dtype.FP16, Dtype.BFP16) for t in self.outputs)
             for key, c in self.constants.items():
                 if key == "weights" and c.is_quantized:
                     kept[key] = c.betensor, c.dtype
@@ -252,20 +244,11 @@ class PyNode:
                 elif c.betensor.dtype in (torch.float16, torch.bfloat16):
                     kept[key] = c.betensor, c.dtype
                     c.betensor = c.betensor.to(torch.float32)
-                if wide and c.betensor.is_floating_point():
-                    kept.setdefault(key, (c.betensor, c.dtype))
-                    c.betensor = c.betensor.to(torch.float32).double()
-            if wide:
-                inputs = [(t, t.betensor) for t in self.inputs if t.betensor.is_floating_point()]
-                for t, value in inputs:
-                    t.betensor = value.double()
         try:
             yield
         finally:
             for key, (value, dtype) in kept.items():
                 self.constants[key].betensor, self.constants[key].dtype = value, dtype
-            for t, value in inputs:
-                t.betensor = value
 
     def quantize(self, *args):
         with positive_shifts(self.force_shift_positive):

@@ -11,11 +11,7 @@ pad_begin/pad_end cropped off each axis.
 
 fp8 layers (a top in an fp8 format, stage.fp8_output_stage): the products of the
 format's values summed in float64 (exact), the float32 biases, the rescale; the
-transposed convolutions have no fp8 form.
-
-Float layers sum in float32, or, where their top is float16/bfloat16, in float64 (the
-float32 inputs and constants exact there), rounded to float32 and then to the type: so
-npuopt's sums and these round alike whatever order each sums in."""
+transposed convolutions have no fp8 form."""
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -27,11 +23,6 @@ from .stage import (AHEAD_SHIFTED, ahead_shift, biases_with_zp, float_weights, f
                     weights_with_zp)
 
 AXES = {2: ("y", "x"), 3: ("z", "y", "x")}
-
-
-def float_sums(layer):
-    """The float type a float layer sums in: float64 where its top is float16/bfloat16."""
-    return np.float64 if layer.top_types[0].name in ("float16", "bfloat16") else np.float32
 PADS = {2: (("pad_top", "pad_bottom"), ("pad_left", "pad_right")),
         3: (("pad_z_begin", "pad_z_end"), ("pad_y_begin", "pad_y_end"), ("pad_x_begin", "pad_x_end"))}
 DIMS = {"Convolution": 2, "DepthwiseConv": 2, "ConvTranspose": 2, "Convolution3D": 3, "ConvTranspose3D": 3}
@@ -141,20 +132,19 @@ def check_fusable(layer) -> None:
 
 
 def conv_float(layer, xs, infos):
-    sums = float_sums(layer)
-    x, dims = xs[0].astype(sums), DIMS[layer.type]
-    weights = float_weights(layer).astype(sums)
+    x, dims = xs[0], DIMS[layer.type]
+    weights = float_weights(layer)
     win = window(layer, dims)
     check_fusable(layer)
     check_weights(layer, x, weights, win, layer.type in TRANSPOSED)
     if layer.type in TRANSPOSED:
         x, w, direct, crop = as_direct(layer, x, weights, win)
-        out = grouped_conv(nd_windows(x, direct, sums(0)), w, win["group"], np.matmul)[crop]
+        out = grouped_conv(nd_windows(x, direct, np.float32(0)), w, win["group"], np.matmul)[crop]
     else:
-        out = grouped_conv(nd_windows(x, win, sums(0)), spatial_weights(weights, dims), win["group"], np.matmul)
+        out = grouped_conv(nd_windows(x, win, np.float32(0)), spatial_weights(weights, dims), win["group"], np.matmul)
     if layer.has_const("biases"):
-        out = out + layer.const("biases").astype(np.float32).astype(sums)
-    return [fused_float(layer, out).astype(np.float32)]
+        out = out + layer.const("biases").astype(np.float32)
+    return [fused_float(layer, out.astype(np.float32))]
 
 
 def fp8_weights(layer) -> np.ndarray:
@@ -217,11 +207,11 @@ def conv_int(layer, xs, infos):
 
 def fc_float(layer, xs, infos):
     check_fusable(layer)
-    sums = float_sums(layer)
-    out = np.matmul(xs[0].astype(sums), float_weights(layer).astype(sums).T)
+    weights = float_weights(layer)
+    out = np.matmul(xs[0], weights.T)
     if layer.has_const("biases"):
-        out = out + layer.const("biases").astype(np.float32).astype(sums)
-    return [fused_float(layer, out).astype(np.float32)]
+        out = out + layer.const("biases").astype(np.float32)
+    return [fused_float(layer, out.astype(np.float32))]
 
 
 def fc_int(layer, xs, infos):
@@ -249,8 +239,7 @@ def matmul_operands(layer, xs):
 
 
 def matmul_float(layer, xs, infos):
-    sums = float_sums(layer)
-    return [np.matmul(*matmul_operands(layer, [x.astype(sums) for x in xs])).astype(np.float32)]
+    return [np.matmul(*matmul_operands(layer, xs)).astype(np.float32)]
 
 
 def matmul_int(layer, xs, infos):
