@@ -15,6 +15,7 @@ from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings
 from .tensors import QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights_only, store_in_float
+from .weight_plans import held_values
 
 
 def stays_float(node, settings: Dict[str, QuantSettings]) -> bool:
@@ -162,7 +163,7 @@ def kept_tensors(float_nodes) -> dict:
         if reg is not None and not reg.builtin:
             continue
         tensors = [c.betensor for c in node.constants.values()]
-        tensors += [q for _, q in node.attrs.get("planned_integers", {}).values()]
+        tensors += held_values(node, "planned_integers")
         memo.update((id(t), t) for t in tensors)
     return memo
 

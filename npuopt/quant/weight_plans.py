@@ -35,6 +35,11 @@ def planned_keys(node, attr: str) -> list:
     return [key for key in node.attrs.get(attr, {}) if planned(node, attr, key) is not None]
 
 
+def held_values(node, attr: str) -> list:
+    """Every plan the layer holds in `attr`, on whatever grid it was made for."""
+    return [value for _, value in node.attrs.get(attr, {}).values()]
+
+
 def has_stale_plans(node) -> bool:
     """Whether the layer holds plans made for a grid it no longer has."""
     return any(entry[0] != grid_settings(node) for attr in PLANNED_ATTRS for entry in node.attrs.get(attr, {}).values())
