@@ -1,17 +1,6 @@
 #!/bin/sh
-# mobilenet_v3_large (torchvision, random weights from torch.manual_seed(0)): export it with
-# npuopt-export, run npuopt on opt.cfg (calibrate, quantize, measure; prints the
-# report's figures), then compare npuopt's float forward of the IR with PyTorch on
-# 8 random inputs and 8 images, as loaded and after lively() (../float_check.py).
-# Extra arguments go to npuopt (e.g. --set device=cpu).
-# Needs ../shared beside the repo and the venv's npuopt/npuopt-export on PATH.
-set -e
-cd "$(dirname "$0")"
-if [ ! -f ../../../shared/data/imagenet_sample/labels.tsv ]; then
-    echo "SKIP mobilenet_v3_large: ../shared/data/imagenet_sample is absent"; exit 0
-fi
-mkdir -p work
-npuopt-export torchvision:mobilenet_v3_large --input-shape 1,3,224,224 -o work/mobilenet_v3_large
-npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/mobilenet_v3_large_report.json --min-cosine 0.995
-exec "${PYTHON:-python3}" ../float_check.py mobilenet_v3_large work/mobilenet_v3_large --lively
+# mobilenet_v3_large (torchvision, random weights): ../torchvision_run.sh exports it, quantizes it
+# with opt.cfg and checks the report and the float forward. Extra arguments go to npuopt.
+cd "$(dirname "$0")" || exit 1
+CHECKS="--min-cosine 0.995"
+. ../torchvision_run.sh

@@ -1,17 +1,6 @@
 #!/bin/sh
-# regnet_x_400mf (torchvision, random weights from torch.manual_seed(0)): export it with
-# npuopt-export, run npuopt on opt.cfg (calibrate, quantize, measure; prints the
-# report's figures), then compare npuopt's float forward of the IR with PyTorch on
-# 8 random inputs and 8 images, as loaded and after lively() (../float_check.py).
-# Extra arguments go to npuopt (e.g. --set device=cpu).
-# Needs ../shared beside the repo and the venv's npuopt/npuopt-export on PATH.
-set -e
-cd "$(dirname "$0")"
-if [ ! -f ../../../shared/data/imagenet_sample/labels.tsv ]; then
-    echo "SKIP regnet_x_400mf: ../shared/data/imagenet_sample is absent"; exit 0
-fi
-mkdir -p work
-npuopt-export torchvision:regnet_x_400mf --input-shape 1,3,224,224 -o work/regnet_x_400mf
-npuopt --cfg opt.cfg "$@"
-"${PYTHON:-python3}" ../check_report.py work/out/regnet_x_400mf_report.json --min-cosine 0.999
-exec "${PYTHON:-python3}" ../float_check.py regnet_x_400mf work/regnet_x_400mf --lively
+# regnet_x_400mf (torchvision, random weights): ../torchvision_run.sh exports it, quantizes it
+# with opt.cfg and checks the report and the float forward. Extra arguments go to npuopt.
+cd "$(dirname "$0")" || exit 1
+CHECKS="--min-cosine 0.999"
+. ../torchvision_run.sh
