@@ -229,3 +229,19 @@ def test_transformer_encoder_4_bit_per_block_weight_only_with_gptq(tmp_path):
     assert sum("weight_block_size" in n.params or n.constants.get("weights") is not None
                and n.constants["weights"].block_size == 32 for n in quantized.nodes) == 8
     assert cosine >= 0.999, cosine
+
+
+@pytest.mark.parametrize("method", ["gptq_zy", "adaround[0,20]"])
+def test_global_calibration_of_a_weight_only_branch_beside_an_integer_one(tmp_path, method):
+    """tiny_cnn with branch_a weight-only, branch_b integer, both reading `add`: the
+    DeQuantize branch_a reads through sits right before it, so the quantized graph keeps
+    the float graph's order, in which global calibration walks both graphs (appended at the
+    end, it put branch_b first, and the rounding of branch_b found its input let go:
+    KeyError 'add'; a parser squeezenet's fire modules under the search's formats)."""
+    from npuopt.optmaster import OptMaster
+    from test_opt_cfg import ir_layers, tiny
+    OptMaster(tiny(tmp_path, weight_bits=4, global_calibration=method,
+                   trigger_float_op="disable & <{branch_a}:float16_act_int_wht>")).run()
+    order = list(ir_layers(tmp_path / "out" / "tiny_cnn_o.txt"))
+    reads = order.index("branch_a") - 1
+    assert order[reads].endswith("_dequantize") and order.index("branch_a") < order.index("branch_b")

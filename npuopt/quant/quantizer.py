@@ -206,7 +206,8 @@ def mark_unquantifiable(graph) -> None:
 def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
     """A DeQuantize layer where a float layer reads a quantized tensor, a Quantize
     layer where a quantized layer reads a float one (boundary layers already in
-    place count as float on their float side)."""
+    place count as float on their float side), each right before its first reader: the
+    other layers keep the float graph's order, in which global calibration walks both."""
     made: Dict[tuple, PyTensor] = {}
     new_nodes = []
 
@@ -230,7 +231,10 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
             t = boundary(kind, t, node, float_dtype)
         node.inputs[i] = t
     if new_nodes:
-        graph.nodes.extend(new_nodes)
+        before: Dict[str, list] = {}
+        for b in new_nodes:
+            before.setdefault(b.attrs["boundary_of"], []).append(b)
+        graph.nodes[:] = [x for n in graph.nodes for x in before.get(n.name, []) + [n]]
         graph.relink()
 
 
