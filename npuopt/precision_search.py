@@ -8,7 +8,9 @@ float output, averaged over the graph's outputs) of npuopt's exact quantized for
 once with every layer at its most precise option (the top), and once per other option
 of each layer with the rest at the top; a candidate changes one layer's settings in the
 plan, which quantizes again only the layers it reaches. The error of any choice is
-predicted as the top's plus each layer's increase (noise of different layers adds up).
+predicted as the top's plus each layer's increase (noise of different layers adds up);
+where another option of a layer measured less error than its top, that one is its top
+(move_top_to_least_error).
 
 From the top, a greedy walk takes, step by step, the move of one layer to a smaller
 option that costs the least predicted error per size saved (the sizes: quant/
@@ -33,7 +35,7 @@ from tqdm import tqdm
 
 from .config import SHAPE_ONLY_TYPES
 from .errors import ConfigError
-from .logger import OPT_WARN
+from .logger import OPT_INFO, OPT_WARN
 from .quant.compare import dequantized
 from .quant.norm_inputs import norm_inputs, widen_norm_inputs
 from .quant.precision_costs import Costs, Sizes, activation_bits_of, weight_bits_of
@@ -227,6 +229,28 @@ class PrecisionSearch:
             self.set_option(name, i)
             self.increase[name][i] = error_of(plan.realised()) - self.top_error
             self.set_option(name, self.top[name])
+        self.move_top_to_least_error(error_of)
+
+    def move_top_to_least_error(self, error_of) -> None:
+        """Where one of a layer's options measured less error than its top (options that
+        are not ordered: w8 against a16 on 4-bit weights, whose bits the top adds up), that
+        option becomes its top, the increases count from it and the new top is measured
+        (one forward). Else the decreases, measured one at a time from a noisy top, add up
+        to more than its whole error: a choice predicted below zero, measured far above."""
+        better = {name: min(range(len(inc)), key=inc.__getitem__) for name, inc in self.increase.items()}
+        better = {name: i for name, i in better.items() if self.increase[name][i] < 0}
+        if not better:
+            return
+        for name, i in better.items():
+            least = self.increase[name][i]
+            self.increase[name] = [v - least for v in self.increase[name]]
+            self.top[name] = i
+        self._scale = self.sizes(self.top)
+        self.top_error = self.error_of_choice(self.top, error_of)
+        name, i = next(iter(better.items()))
+        OPT_INFO(f"mixed precision: {len(better)} layer(s) measured less error with another option than with their "
+                 f"most bits (e.g. '{name}': {self.options[name][i].name}); the errors count from those options "
+                 f"(output error {self.top_error:.4g})")
 
     def set_option(self, name: str, i: int) -> None:
         """One layer's option in the plan, which quantizes again the layers it reaches."""
@@ -239,11 +263,14 @@ class PrecisionSearch:
         return self.top_error + sum(self.increase[name][i] for name, i in choice.items())
 
     def measure(self, point: Point, error_of) -> None:
-        for name, i in point.choice.items():
+        point.measured = self.error_of_choice(point.choice, error_of)
+
+    def error_of_choice(self, choice: Dict[str, int], error_of) -> float:
+        for name, i in choice.items():
             self.restore(name, i)
-        self.plan.set_values(self.values_of(point.choice))
+        self.plan.set_values(self.values_of(choice))
         self.widen_norm_inputs()
-        point.measured = error_of(self.plan.realised())
+        return error_of(self.plan.realised())
 
     def values_of(self, choice: Dict[str, int]) -> Dict[str, dict]:
         return {name: self.options[name][i].values for name, i in choice.items()}

@@ -152,6 +152,24 @@ def test_bytes_and_bitops_budgets_bound_the_chosen_point(tmp_path, field, size, 
                                             if p[size] <= limit * (1 + 1e-9))
 
 
+def test_options_that_are_not_ordered_count_from_the_least_error(tmp_path):
+    """4-bit weights with w8 and a16 candidates: the top adds bits up and takes a16 (4 + 16
+    against 8 + 8), but w8 measures less error. Each layer's errors then count from its
+    option of least error, and the top is measured anew: no point is predicted below it
+    (before, the decreases measured one by one added up to a predicted error below zero)."""
+    report, front = search_run(tmp_path, weight_bits="4", mixed_precision_candidates="w8,a16",
+                               mixed_precision_weight_bits="6")
+    sens, top = front["sensitivity"], front["top_error"]
+    assert all(min(v.values()) == 0 for v in sens.values())
+    assert any(v.get("w8") == 0 for v in sens.values())
+    points = front["points"]
+    assert points[0]["measured_error"] == pytest.approx(top) and top > 0
+    assert all(p["predicted_error"] >= top for p in points)
+    trials = sum(len(v) - 1 for v in sens.values())
+    measured = sum(p["measured_error"] is not None for p in points)
+    assert report["mixed_precision_search"]["forwards"] == 1 + 1 + trials + 1 + measured
+
+
 def test_an_error_budget_takes_the_smallest_point_within_it(tmp_path):
     _, loose = search_run(tmp_path, "loose", mixed_precision_error="1")
     assert loose["points"][loose["chosen"]] == loose["points"][-1]  # every layer at 4 bits is within
