@@ -183,7 +183,7 @@ def search_precision(master) -> None:
     front, chosen = search.front_and_choice()
     for point in tqdm(spread(front, chosen, cfg.mixed_precision_points), desc="mixed precision: front points",
                       unit="point"):
-        search.measure(point, error_of)
+        point.measured = search.measure(point.choice, error_of)
     search.put_back()  # the run's global calibration rounds the chosen formats
     master.plan.set_values(search.values_of(chosen.choice))
     summary = {"candidates": [c.name for c in candidates], "budgets": {BUDGETS[k]: v for k, v in budgets.items()},

@@ -148,26 +148,42 @@ class PrecisionSearch:
         top = self._scale
         return s.average_weight_bits / max(top.average_weight_bits, 1e-9) + s.bitops / max(top.bitops, 1e-9)
 
-    def smallest(self) -> Dict[str, int]:
-        """The choice of least size, layer by layer until none of them changes (sizes such as
-        conversions depend on neighbours)."""
-        choice = dict(self.top)
-        changed = True
-        while changed:
-            changed = False
-            for name, opts in self.options.items():
-                best = min(range(len(opts)), key=lambda i: (self.size({**choice, name: i}), i != choice[name]))
-                changed |= best != choice[name]
-                choice[name] = best
-        return choice
+    def smallest(self, keys=None) -> Dict[str, int]:
+        """The choice of least size, one layer at a time until none changes (conversions depend
+        on neighbours), from the top and from the settings as set (a top of float layers
+        cannot shed its conversions one layer at a time): the least largest excess over a
+        budget of `keys` (all by default; relative to it), then the least size."""
+        keys = list(self.budgets) if keys is None else keys
+
+        def key(choice):
+            sizes = self.sizes(choice)
+            return max(((getattr(sizes, k) - self.budgets[k]) / (self.budgets[k] or 1) for k in keys),
+                       default=0.0), self.size(choice)
+
+        def descend(choice):
+            changed = True
+            while changed:
+                changed = False
+                for name, opts in self.options.items():
+                    best = min(range(len(opts)), key=lambda i: (key({**choice, name: i}), i != choice[name]))
+                    changed |= best != choice[name]
+                    choice[name] = best
+            return choice
+        return min((descend(dict(self.top)), descend({name: 0 for name in self.options})), key=key)
 
     def check_reachable(self) -> None:
-        """A size budget no choice meets is an error before anything is measured."""
+        """Size budgets no choice meets, alone or together, are an error before anything is measured."""
         low = self.sizes(self.smallest())
-        for key, budget in self.budgets.items():
-            if getattr(low, key) > budget:
-                raise ConfigError(f"field '{BUDGETS[key]}': the candidates reach {getattr(low, key):.6g} at the "
-                                  f"least, above the budget {budget:g}")
+        over = [k for k, budget in self.budgets.items() if getattr(low, k) > budget]
+        for key in over:
+            least = getattr(self.sizes(self.smallest([key])), key)
+            if least > self.budgets[key]:
+                raise ConfigError(f"field '{BUDGETS[key]}': the candidates reach {least:.6g} at the least, above the "
+                                  f"budget {self.budgets[key]:g}")
+        if over:
+            raise ConfigError(f"fields {', '.join(repr(BUDGETS[k]) for k in self.budgets)}: the candidates meet each "
+                              f"budget but not all at once (the closest choice: "
+                              + ", ".join(f"{BUDGETS[k]} {getattr(low, k):.6g}" for k in self.budgets) + ")")
 
     # ---- measuring --------------------------------------------------------------------
     def learn_roundings(self, calibrate) -> None:
@@ -246,7 +262,7 @@ class PrecisionSearch:
             self.increase[name] = [v - least for v in self.increase[name]]
             self.top[name] = i
         self._scale = self.sizes(self.top)
-        self.top_error = self.error_of_choice(self.top, error_of)
+        self.top_error = self.measure(self.top, error_of)
         name, i = next(iter(better.items()))
         OPT_INFO(f"mixed precision: {len(better)} layer(s) measured less error with another option than with their "
                  f"most bits (e.g. '{name}': {self.options[name][i].name}); the errors count from those options "
@@ -262,10 +278,7 @@ class PrecisionSearch:
     def predicted(self, choice: Dict[str, int]) -> float:
         return self.top_error + sum(self.increase[name][i] for name, i in choice.items())
 
-    def measure(self, point: Point, error_of) -> None:
-        point.measured = self.error_of_choice(point.choice, error_of)
-
-    def error_of_choice(self, choice: Dict[str, int], error_of) -> float:
+    def measure(self, choice: Dict[str, int], error_of) -> float:
         for name, i in choice.items():
             self.restore(name, i)
         self.plan.set_values(self.values_of(choice))
@@ -324,8 +337,8 @@ class PrecisionSearch:
 
     def choose(self, front: List[Point]) -> Point:
         fits = [p for p in front if all(getattr(p.sizes, k) <= b for k, b in self.budgets.items())]
-        if not fits:  # the walk ends at the bottom, which check_reachable found within every budget
-            fits = front[-1:]
+        if not fits:  # the walk met no budget at once; check_reachable found this choice within all
+            fits = [self.point(self.smallest())]
         if self.error_budget:
             within = [p for p in fits if p.predicted <= self.error_budget]
             if within:

@@ -198,8 +198,22 @@ def test_float_and_activation_candidates_weigh_conversions(tmp_path):
     assert report["mixed_precision_search"]["conversions"] == chosen["conversions"]
 
 
+def test_a_top_of_float_layers_does_not_hide_the_integer_choices_within_the_budgets(tmp_path):
+    """float16 counts 16 weight bits, so the top keeps every layer in float16; from there,
+    one layer at a time back to integers adds conversions, and the search said no choice
+    reaches 6 weight bits. w4 on integer layers with no conversion does: it is found."""
+    report, front = search_run(tmp_path, mixed_precision_candidates="float16,w4", mixed_precision_weight_bits="6",
+                               mixed_precision_conversions="0")
+    chosen = front["points"][front["chosen"]]
+    assert chosen["conversions"] == 0 and chosen["average_weight_bits"] <= 6
+    assert report["mixed_precision_search"]["conversions"] == 0
+
+
 @pytest.mark.parametrize("fields, message", [
     (dict(), r"field 'mixed_precision_candidates': set a budget"),
+    (dict(mixed_precision_candidates="float16_w4b32", mixed_precision_weight_bits="5",
+          mixed_precision_conversions="0"), r"fields 'mixed_precision_weight_bits', 'mixed_precision_conversions': "
+                                            r"the candidates meet each budget but not all at once"),
     (dict(mixed_precision_weight_bits="3"), r"field 'mixed_precision_weight_bits': the candidates reach 4 at the "
                                             r"least, above the budget 3"),
     (dict(mixed_precision_weight_bits="5", calibration_data=""), r"measures on the calibration data"),
@@ -207,7 +221,7 @@ def test_float_and_activation_candidates_weigh_conversions(tmp_path):
 ])
 def test_searches_that_cannot_run_stop_with_one_line(tmp_path, fields, message):
     with pytest.raises(ConfigError, match=message):
-        OptMaster(tiny(tmp_path, global_calibration="none", mixed_precision_candidates="w4", **fields)).run()
+        OptMaster(tiny(tmp_path, **{"global_calibration": "none", "mixed_precision_candidates": "w4", **fields})).run()
     assert not (tmp_path / "out" / "tiny_cnn_o.txt").exists()
 
 
