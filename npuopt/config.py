@@ -424,7 +424,8 @@ register_field("train", "", as_text, "a Train plugin (OPT's QAT training loop, s
                "a Train plugin name, optionally with args: MyLoop or MyLoop(3,0.1)")
 register_field("train_ranges", "frozen", _choice("frozen", "weights"),
                "fine-tuning: frozen keeps every grid's range as calibrated; weights also learns the weights' "
-               "ranges (per channel, block or tensor, as their scales; LSQ's gradient)", "frozen, weights")
+               "ranges (per channel, block or tensor, as their scales; LSQ's gradient; at 1/20 of the learning "
+               "rate)", "frozen, weights")
 register_field("train_epochs", "8", _int_in(1, 1 << 20), "epochs of npuopt's fine-tuning over train_data",
                "an integer >= 1")
 register_field("train_learning_rate", "0.02", _float_in(0, float("inf")),

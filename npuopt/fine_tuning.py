@@ -30,6 +30,10 @@ from .quant.settings import settings_of
 from .quant.trainable import TrainableGraph, learned_layers
 from .registry import PLUGINS, PluginType, failed_imports, plugin_code
 
+# the weights' ranges learn at this share of the learning rate: Adam moves every parameter by
+# about the rate each step, and a range that moves as fast as the weights (0.5% a step at 0.005)
+# threw Lite0's held-out error from 0.087 to 0.29 in one epoch
+RANGE_RATE = 0.05
 # fewer held-out samples choose by noise: on the parser's mobilenet_v2 (64 training
 # images, 6 held out) they kept the start where 16 other images said 8 epochs had helped
 MIN_HELD_OUT = 16
@@ -181,7 +185,7 @@ def distill(model: TrainableGraph, teacher, feed, dataset, train: List[int], hel
     held = held_out.count > 0
     per_epoch = math.ceil(len(train) / size)
     total = per_epoch * cfg.train_epochs
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train_learning_rate)
+    optimizer = adam(model, cfg.train_learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / total)))
     apart = held_out.apart
     errors = [start_error if start_error is not None else held_out.error(model)] if held else []
@@ -211,6 +215,14 @@ def distill(model: TrainableGraph, teacher, feed, dataset, train: List[int], hel
         model.load_state_dict(kept[1])
     return {"loss_first_epoch": losses[0], "loss_last_epoch": losses[-1], "held_out": held_out.count,
             "held_out_errors": errors, "kept_epoch": kept[0] if held else cfg.train_epochs}
+
+
+def adam(model: TrainableGraph, lr: float) -> torch.optim.Adam:
+    """Adam over the weights and biases at `lr`, over the weights' ranges at RANGE_RATE of it."""
+    learned = dict(model.named_parameters())
+    ranges = [p for name, p in learned.items() if name.endswith("log_range")]
+    return torch.optim.Adam([{"params": [p for name, p in learned.items() if not name.endswith("log_range")]}]
+                            + ([{"params": ranges, "lr": lr * RANGE_RATE}] if ranges else []), lr=lr)
 
 
 def _state(model: TrainableGraph) -> dict:
