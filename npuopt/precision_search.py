@@ -139,10 +139,10 @@ class PrecisionSearch:
     def sizes(self, choice: Dict[str, int]) -> Sizes:
         return self.costs.sizes(self.settings_of(choice))
 
-    def size(self, choice: Dict[str, int]) -> float:
+    def size(self, choice: Dict[str, int], sizes: Optional[Sizes] = None) -> float:
         """The sizes the budgets bound, each divided by its budget, summed (no size budget:
-        weight bits and bit-operations, relative to the top's)."""
-        s = self.sizes(choice)
+        weight bits and bit-operations, relative to the top's); `sizes`: the choice's, if known."""
+        s = sizes if sizes is not None else self.sizes(choice)
         if self.budgets:
             return sum(getattr(s, k) / (b + 1 if k == "conversions" else b) for k, b in self.budgets.items())
         top = self._scale
@@ -158,7 +158,7 @@ class PrecisionSearch:
         def key(choice):
             sizes = self.sizes(choice)
             return max(((getattr(sizes, k) - self.budgets[k]) / (self.budgets[k] or 1) for k in keys),
-                       default=0.0), self.size(choice)
+                       default=0.0), self.size(choice, sizes)
 
         def descend(choice):
             changed = True

@@ -14,10 +14,12 @@ from conftest import npuopt_run_outputs, transformer_encoder_cosine
 from npuopt.dtype import Dtype, fit_float
 from npuopt.errors import ConfigError, QuantizeError
 from npuopt.ir import read_graph, write_graph
+from npuopt.optmaster import OptMaster
 from npuopt.quant import formats
 from npuopt.quant.global_calibration.gptq import round_columns
 from npuopt.quant.settings import QuantSettings, read_opt_config
 from test_ops_conv import params_of, to_ir
+from test_opt_cfg import ir_layers, tiny
 from test_quantize_ops import batches, one_layer, quantize
 
 WEIGHT_ONLY = dict(trigger_float_op="float16_act_int_wht", weight_bits=4)
@@ -238,8 +240,6 @@ def test_global_calibration_of_a_weight_only_branch_beside_an_integer_one(tmp_pa
     the float graph's order, in which global calibration walks both graphs (appended at the
     end, it put branch_b first, and the rounding of branch_b found its input let go:
     KeyError 'add'; a parser squeezenet's fire modules under the search's formats)."""
-    from npuopt.optmaster import OptMaster
-    from test_opt_cfg import ir_layers, tiny
     OptMaster(tiny(tmp_path, weight_bits=4, global_calibration=method,
                    trigger_float_op="disable & <{branch_a}:float16_act_int_wht>")).run()
     order = list(ir_layers(tmp_path / "out" / "tiny_cnn_o.txt"))
