@@ -6,6 +6,8 @@ weights). Every linear layer type; npuopt's forward of the IR read back, npuopt-
 the in-memory graph agree; GPTQ and AdaRound round per-block grids. OPT's forward reads
 weight-only FullyConnected layers as npuopt does: tests/test_conformance.py's
 `weight_only_fc` setting."""
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from conftest import npuopt_run_outputs, transformer_encoder_cosine
 from npuopt.dtype import Dtype, fit_float
 from npuopt.errors import ConfigError, QuantizeError
 from npuopt.ir import read_graph, write_graph
+from npuopt.ir.builder import GraphBuilder
 from npuopt.optmaster import OptMaster
 from npuopt.quant import formats
 from npuopt.quant.global_calibration.gptq import round_columns
@@ -116,6 +119,64 @@ def test_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, ind
     ran = npuopt_run_outputs(path, x[0].numpy(), tmp_path)[qg.output_tensors[0].name]
     np.testing.assert_allclose(ran, got.numpy(), rtol=2 ** -10, atol=1e-5 * float(got.abs().max()))
     assert (ran == got.numpy()).mean() > 0.9
+
+
+def matmul_with_constant(port: int, trans: bool, shape=(6, 8)):
+    """MatMul reading a Constant as operand A (port 0) or B (port 1, trans_b = `trans`), the
+    other operand an input [1, 8, 20] (A) or [1, 20, 8] (B)."""
+    torch.manual_seed(1)
+    b = GraphBuilder("t")
+    x = b.input("in0", [1, 8, 20] if port == 0 else [1, 20, 8])
+    w = b.layer("Constant", "w", [], {}, {"weights": torch.randn(*shape)})
+    bottoms = [w[0], x] if port == 0 else [x, w[0]]
+    top = b.layer("MatMul", "op", bottoms, {"trans_a": trans and port == 0, "trans_b": trans and port == 1})
+    return b.build(top), (8, 20) if port == 0 else (20, 8)
+
+
+@pytest.mark.parametrize("method, block", [("per_block_asymmetric", 3), ("per_channel_symmetric_restricted_range", 256),
+                                           ("per_tensor_asymmetric", 256)])
+@pytest.mark.parametrize("port", [0, 1], ids=["A", "B_trans_b"])
+def test_a_matmuls_constant_operand_holds_its_weights_on_its_grid(tmp_path, port, method, block):
+    """A weight-only MatMul's Constant operand stores integers on the MatMul's grid (blocks
+    along the reduction axis), in its float mode; the MatMul computes with them dequantized;
+    read back and npuopt-run agree."""
+    graph, shape = matmul_with_constant(port, port == 1)
+    data = batches(shape)
+    qg = quantize(graph, data, quantize_method_for_weight=method, weight_block_size=block, **WEIGHT_ONLY)
+    const = qg.node("w")
+    c = const.constants["weights"]
+    assert c.is_quantized and c.betensor.dtype == torch.int8 and int(c.betensor.abs().max()) <= 8
+    assert const.outputs[0].dtype is Dtype.FP16 and not qg.node("op").quantized
+    assert (c.block_size == block) == method.startswith("per_block")
+    if method.startswith("per_block"):
+        assert c.scale.numel() == 6 * 3   # 8 values per output channel in blocks of 3: 3, 3, 2
+    x = list(data[-1])
+    got = qg.forward(x)[0].clone()
+    fl = graph.node("w").constants["weights"]
+    kept = fl.betensor
+    fl.betensor = fit_float((c.betensor.float() + c.broadcast_zerop) * (1.0 / c.broadcast_scale), Dtype.FP16)
+    want = fit_float(graph.forward([fit_float(x[0], Dtype.FP16)])[0], Dtype.FP16)
+    fl.betensor = kept
+    assert torch.equal(got, want)
+    path = tmp_path / "q_o.txt"
+    write_graph(qg, str(path))
+    back = read_graph(str(path))
+    assert torch.equal(back.forward(x)[0], got)
+    ran = npuopt_run_outputs(path, x[0].numpy(), tmp_path)[qg.output_tensors[0].name]
+    np.testing.assert_allclose(ran, got.numpy(), rtol=2 ** -10, atol=1e-5 * float(got.abs().max()))
+
+
+def test_a_constant_operand_laid_out_against_the_grid_stays_float(caplog):
+    """B [K, N] without trans_b: per-channel grids need the output channels first, so the
+    constant stays float and one line says why; a per-tensor grid takes it."""
+    graph, shape = matmul_with_constant(1, False, shape=(8, 6))
+    with caplog.at_level(logging.INFO):
+        qg = quantize(graph, batches(shape), quantize_method_for_weight="per_channel_asymmetric", **WEIGHT_ONLY)
+    assert not qg.node("w").constants["weights"].is_quantized
+    assert "layer 'w': the constant operand of weight-only MatMul 'op' stays float: per_channel_asymmetric " \
+           "weights need it 2-D with the output channels first" in caplog.text
+    qg = quantize(graph, batches(shape), quantize_method_for_weight="per_tensor_asymmetric", **WEIGHT_ONLY)
+    assert qg.node("w").constants["weights"].is_quantized
 
 
 def test_per_block_weights_on_an_integer_layer_stop_with_one_line():

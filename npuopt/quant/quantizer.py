@@ -14,7 +14,8 @@ from ..node import PyNode
 from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings
-from .tensors import QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights_only, store_in_float
+from .tensors import (QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights, quantize_weights_only,
+                      store_in_float)
 from .weight_plans import held_values
 
 
@@ -23,16 +24,54 @@ def stays_float(node, settings: Dict[str, QuantSettings]) -> bool:
     return bool(settings[node.name].trigger_float_op) or OP_QUANTIZERS.get(node.type) is None
 
 
+def weight_operands(graph, settings: Dict[str, QuantSettings]) -> Dict[str, str]:
+    """The Constant layers that hold a weight-only MatMul's weights, {Constant: MatMul}: float,
+    read by that MatMul alone, and laid out as per-channel and per-block grids need (2-D,
+    output channels first: the A operand, or the B operand with trans_b, as FullyConnected's
+    [O, I]; a per-tensor grid takes any layout). They take the MatMul's grid and float mode.
+    (The parser turns a MatMul whose B operand is a 2-D constant into FullyConnected, so the
+    A operand and constants of more axes are what reach here.)"""
+    return {src.name: node.name for src, node, fits in _constant_operands(graph, settings) if fits}
+
+
+def _constant_operands(graph, settings):
+    """(Constant, weight-only MatMul, whether its layout fits the MatMul's grid) of every
+    float Constant that a weight-only MatMul alone reads."""
+    producer = {t.name: n for n in graph.nodes for t in n.outputs}
+    outputs = {t.name for t in graph.output_tensors}
+    for node in graph.nodes:
+        st = settings[node.name]
+        if node.type != OpType.MatMul or not st.weight_only:
+            continue
+        for port, t in enumerate(node.inputs[:2]):
+            src = producer.get(t.name)
+            if src is None or src.type != OpType.Constant or t.name in outputs or \
+                    [n.name for n in graph.successors(src)] != [node.name] or \
+                    not src.get_constant("weights").betensor.is_floating_point():
+                continue
+            trans = bool(node.get_param("trans_b" if port else "trans_a", False))
+            method = st.quantize_method_for_weight
+            channels_first = src.get_constant("weights").betensor.dim() == 2 and trans == bool(port)
+            yield src, node, channels_first or not (method.per_channel or method.per_block)
+
+
 def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
-    """The layers kept in float (stays_float), said where a type has no quantize function."""
-    out, weighted = set(), set()
+    """The layers kept in float (stays_float), said where a type has no quantize function;
+    a weight-only MatMul's constant operand (weight_operands) among them."""
+    operands = set()
+    for src, node, fits in _constant_operands(graph, settings):
+        if fits:
+            operands.add(src.name)
+        else:
+            OPT_INFO(f"layer '{src.name}': the constant operand of weight-only MatMul '{node.name}' stays float: "
+                     f"{settings[node.name].quantize_method_for_weight} weights need it 2-D with the output "
+                     f"channels first (A, or B with trans_b)")
+    out, weighted = set(operands), set()
     for node in graph.nodes:
         if settings[node.name].trigger_float_op:
             out.add(node.name)
-            constant_operand = node.type == OpType.MatMul and any(p.type == OpType.Constant
-                                                                  for p in graph.predecessors(node))
-            if settings[node.name].weight_only and node.type not in WEIGHT_ONLY_TYPES and \
-                    ("weights" in node.constants or constant_operand):
+            if settings[node.name].weight_only and node.type not in WEIGHT_ONLY_TYPES + (OpType.Constant,) and \
+                    "weights" in node.constants:
                 weighted.add(node.type)
         elif OP_QUANTIZERS.get(node.type) is None:
             OPT_WARN(f"layer '{node.name}': layer type '{node.type}' has no quantize function; "
@@ -40,7 +79,7 @@ def float_layers(graph, settings: Dict[str, QuantSettings]) -> Set[str]:
             out.add(node.name)
     if weighted:
         OPT_INFO(f"weight-only quantization: the weights of {', '.join(sorted(weighted))} layers stay float "
-                 f"(it applies to {', '.join(WEIGHT_ONLY_TYPES)})")
+                 f"(it applies to {', '.join(WEIGHT_ONLY_TYPES)} and MatMul's constant operands)")
     return out
 
 
@@ -55,6 +94,7 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
     keep_float = set(keep_float)
     graph = copy.deepcopy(float_graph, kept_tensors(float_graph.nodes))
     _insert_boundaries(graph, keep_float, settings)
+    operands = weight_operands(graph, settings)
     done: Set[str] = set()
     pending = deque(graph.nodes)
     while pending:
@@ -64,7 +104,11 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
             continue
         node.attrs["qsettings"] = settings.get(node.name) or settings[node.attrs["boundary_of"]]
         if node.name in keep_float:
-            quantize_weights_only(node)
+            if node.name in operands:  # a weight-only MatMul's weights: its grid, its float mode
+                node.attrs["qsettings"] = settings[operands[node.name]]
+                quantize_weights(node, "weights", axis=0)
+            else:
+                quantize_weights_only(node)
             store_in_float(node)
             continue
         inputs_before = [_quantization(t) for t in node.inputs]

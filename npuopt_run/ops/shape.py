@@ -4,7 +4,7 @@ import numpy as np
 
 from .. import minifloat
 from ..intmath import dequantize, quantize, requantize
-from .stage import int_value, same_quantization, shifted, stored_ints, top_bounds
+from .stage import float_weights, int_value, same_quantization, shifted, stored_ints, top_bounds
 
 
 def reshape(layer, xs, infos):
@@ -147,6 +147,14 @@ def constant(layer, xs, infos):
     return [layer.const("weights")]
 
 
+def constant_float(layer, xs, infos):
+    """A float Constant's values; integers with weights_scale (a weight-only MatMul's
+    weights) dequantized."""
+    if layer.has_const("weights_scale") or "weights_scale" in layer.params:
+        return [float_weights(layer)]
+    return [layer.const("weights")]
+
+
 def pad_int(layer, xs, infos):
     """Pad of integers, no rescale. CONSTANT fills the integer `constant_value`, which a
     quantized IR must carry (its default, real 0, is -zp, not 0)."""
@@ -174,7 +182,7 @@ def dequantize_float(layer, xs, infos):
 
 
 FLOAT = {"Reshape": reshape, "Transpose": transpose, "Concat": concat, "Split": split, "Slice": slice_,
-         "Constant": constant, "Pad": pad_float, "DeQuantize": dequantize_float}
+         "Constant": constant_float, "Pad": pad_float, "DeQuantize": dequantize_float}
 INT = {"Reshape": unchanged(reshape), "Transpose": unchanged(transpose), "Split": unchanged(split),
        "Slice": unchanged(slice_), "Pad": pad_int, "Concat": concat_int, "Constant": constant,
        "Quantize": quantize_int}
