@@ -365,6 +365,10 @@ register_field("trigger_float_op", "disable", _float_ops,
 register_field("set_qinvariant_for_start_nodes", "", _layer_ids,
                "layer ids of Input/Constant layers whose values are kept as they are (scale 1, zero point 0: indices)",
                "comma-separated layer ids like 0 or 0,2")
+register_field("enable_pass_merge_matmul_mul", "true", _bool,
+               "stage-1 pass: a Mul by one positive constant (or such a scaling BatchNorm) before a MatMul's operand "
+               "or after its output, with only shape-moving layers between, becomes the MatMul's fused_multiplier, "
+               "folded into its rescale (one requantization fewer)", _B)
 register_field("resize_degrade_to_nearest", "false", _bool, "Resize layers use the nearest method instead of their own", _B, per_layer=True)
 register_field("global_calibration", "auto", _global_calibration,
                "global calibration methods run on the whole graph with the calibration data (see README); "
@@ -462,7 +466,6 @@ _no_effect("featuremap_splits_item_y", "1", _int_in(1, 127), "an integer from 1 
 _no_effect("featuremap_splits_concat_blk", "3", _int_in(1, 127), "an integer from 1 to 127", _TILING)
 _no_effect("featuremap_splits_overlap_rate", "50", _float_in(0, 99), "a number from 0 to 99", _TILING)
 _no_effect("featuremap_splits_sram_size", "0", _int_in(0, 8191), "an integer from 0 to 8191", _TILING)
-_no_effect("enable_pass_merge_matmul_mul", "true", _bool, _B, _PASS)
 _no_effect("enable_pass_convert_resize_to_convolution", "false", _bool, _B, _PASS, per_layer=True)
 _no_effect("enable_pass_decompose_nonmonotonic_activations", "false", _bool, _B, _PASS, per_layer=True)
 _no_effect("enable_pass_tune_op_complicated_activations", "[0][0]", _pattern(rf"(\[{_R}(,{_R})*\])+"), "[q,...][a,...]",

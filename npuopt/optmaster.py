@@ -141,7 +141,7 @@ class OptMaster:
     # ---- steps 3-5 ---------------------------------------------------------------
     def stage1_passes(self) -> None:
         before = len(self.graph.nodes)
-        run_stage1(self.graph)
+        run_stage1(self.graph, self.cfg.enable_pass_merge_matmul_mul)
         OPT_INFO(f"stage-1 passes: {before} -> {len(self.graph.nodes)} layers")
 
     def plan_settings(self) -> None:

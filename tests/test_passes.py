@@ -129,3 +129,43 @@ def test_unfusable_activation_is_split_into_its_own_layer():
     assert split.params == {"method": "SELU", "alpha": 1.5, "gamma": 1.1}
     assert split.outputs[0].name == c and g.node("sig").inputs[0].name == c
     torch.testing.assert_close(g.forward([x])[0], before)
+
+
+# ---- merge_matmul_mul ---------------------------------------------------------------------
+def attention_scores(shared=True, negative=False, reader=False):
+    """q and k ([1, 4, 6] each) scaled by one Constant (shared: as PyTorch's attention
+    exports; else one each), reshaped and transposed, then q @ k^T; the scores scaled by a
+    scalar BatchNorm after a Reshape."""
+    b = GraphBuilder("t")
+    q, k = b.input("q", [1, 4, 6]), b.input("k", [1, 4, 6])
+    value = torch.tensor([-0.5 if negative else 0.5])
+    scale = b.layer("Constant", "scale", [], {}, {"weights": value})[0]
+    scale_k = scale if shared else b.layer("Constant", "scale_k", [], {}, {"weights": value * 2})[0]
+    qs = b.layer("Mul", "mul_q", [q, scale])[0]
+    ks = b.layer("Mul", "mul_k", [scale_k, k])[0]
+    qr = b.layer("Reshape", "reshape_q", [qs], {"shape": [1, 4, 6]})[0]
+    kt = b.layer("Transpose", "transpose_k", [ks], {"perm": [0, 2, 1]})[0]
+    scores = b.layer("MatMul", "scores", [qr, kt], {"trans_a": False, "trans_b": False})[0]
+    flat = b.layer("Reshape", "flat", [scores], {"shape": [1, 16]})[0]
+    out = b.layer("BatchNorm", "bn", [flat], {"axis": -1},
+                  {"weights": torch.full((16,), 0.25), "biases": torch.zeros(16)})[0]
+    tops = [out] + ([b.layer("Abs", "other", [ks])[0]] if reader else [])
+    return b.build(tops), [torch.randn(1, 4, 6), torch.randn(1, 4, 6)]
+
+
+def test_scalings_next_to_a_matmul_become_its_fused_multiplier():
+    for shared in (True, False):
+        graph, inputs = attention_scores(shared)
+        check_stage1(graph, inputs, {"mul_q", "mul_k", "bn", "scale", "scale_k"})
+        assert graph.node("scores").params["fused_multiplier"] == 0.5 * (0.5 if shared else 1.0) * 0.25
+
+
+def test_no_merge_of_a_negative_scale_a_scaling_read_elsewhere_or_a_disabled_pass():
+    graph, inputs = attention_scores(negative=True)   # the tool chain folds positive factors only
+    check_stage1(graph, inputs, {"bn"})
+    graph, inputs = attention_scores(reader=True)     # k's scaled values are read by another layer too
+    check_stage1(graph, inputs, {"mul_q", "bn"})
+    assert graph.node("scores").params["fused_multiplier"] == 0.125
+    graph, inputs = attention_scores()
+    run_stage1(graph, merge_matmul_scales=False)
+    assert "fused_multiplier" not in graph.node("scores").params and graph.node("mul_q") is not None

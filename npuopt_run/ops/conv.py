@@ -239,7 +239,9 @@ def matmul_operands(layer, xs):
 
 
 def matmul_float(layer, xs, infos):
-    return [np.matmul(*matmul_operands(layer, xs)).astype(np.float32)]
+    """A @ B, times the param fused_multiplier where the IR has one (float32)."""
+    z = np.matmul(*matmul_operands(layer, xs)).astype(np.float32)
+    return [z * np.float32(layer.param("fused_multiplier")) if "fused_multiplier" in layer.params else z]
 
 
 def matmul_int(layer, xs, infos):

@@ -1,6 +1,7 @@
 """The first op cases: convolutions, pooling, Eltwise, Concat, shape layers,
 Softmax, LUT activations, Resize, Pad, Reduce, LayerNorm, mixed precision."""
 import numpy as np
+import torch
 
 from op_cases.common import Case, act, conv, eltwise, pool, uniform, weights
 
@@ -33,6 +34,16 @@ def _fully_connected(b, rng, x):
 
 def _matmul(b, rng, x):
     return b.layer("MatMul", "mm", x, dict(trans_a=False, trans_b=True))
+
+
+def _matmul_scaled(b, rng, x):
+    """Scalings by positive constants before an operand and after the output, which the
+    stage-1 pass merge_matmul_mul folds into the MatMul's rescale (fused_multiplier)."""
+    before = b.layer("Constant", "scale_a", [], {}, {"weights": torch.tensor([0.35])})[0]
+    after = b.layer("Constant", "scale_out", [], {}, {"weights": torch.tensor([0.8])})[0]
+    a = b.layer("Mul", "mul_a", [x[0], before])[0]
+    mm = b.layer("MatMul", "mm", [a, x[1]], dict(trans_a=False, trans_b=True))[0]
+    return b.layer("Mul", "mul_out", [mm, after])
 
 
 def _pool_max_ceil(b, rng, x):
@@ -257,6 +268,8 @@ CASES = [
     Case("conv_act16", "16-bit activations", [(6, 6, 4)], _conv_plain, dict(activation_bits="16")),
     Case("fully_connected", "FullyConnected with fused RELU", [(16,)], _fully_connected),
     Case("matmul", "MatMul of two activations, trans_b", [(4, 8), (5, 8)], _matmul),
+    Case("matmul_scaled", "MatMul between scalings by constants, merged into it (fused_multiplier)",
+         [(4, 8), (5, 8)], _matmul_scaled),
     Case("resize", "Resize NEAREST and BILINEAR, each coordinate mode, up and down", [(5, 5, 4)], _resize),
     Case("pad", "Pad CONSTANT (real 0 and 0.5), REFLECT and SYMMETRIC past the input's size, negative pads",
          [(4, 5, 3)], _pad, dict(quantize_method_for_activation="per_tensor_asymmetric"),
