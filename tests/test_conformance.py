@@ -173,17 +173,22 @@ def npuopt_forward(txt: Path, inputs: List[Path]):
 
 
 # float outputs rounded to a narrow type: one step of the type at each value is allowed
+# settings whose models have float linear layers between integer ones, and how far npuopt-run's
+# integer outputs may be from npuopt's there (transformer_encoder: 3 LSB after its LayerNorm)
+FLOAT_LINEAR_SETTINGS = ("weight_only_fc", "weight_only_fp8_fc", "weight_only_fp4_fc")
+FLOAT_LINEAR_LSB = 4
 FLOAT_MANTISSA_BITS = {"float16": 10, "bfloat16": 7, "float8_e4m3fn": 3, "float8_e5m2": 2}
 
 
-def _difference(ours: np.ndarray, theirs: np.ndarray, exact: bool = False, dtype=None) -> Tuple[np.ndarray, object]:
+def _difference(ours: np.ndarray, theirs: np.ndarray, exact: bool = False, dtype=None,
+                lsb=None) -> Tuple[np.ndarray, object]:
     """|ours - theirs| and the largest difference allowed: 1 LSB for integers (0 when
-    `exact`), float32 rounding for float tensors, and one step of the type at each value
+    `exact`, `lsb` where given), float32 rounding for float tensors, and one step of the type at each value
     for a float16/bfloat16/fp8 output (`dtype`: sums in another order, or the tool chain's
     own fp8 rounding of subnormals, can give the next value of the type)."""
     diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
     if theirs.dtype.kind in "iub":
-        return diff, 0.0 if exact else 1.0
+        return diff, float(lsb) if lsb is not None else 0.0 if exact else 1.0
     allowed = FLOAT_TOLERANCE * max(1.0, float(np.abs(theirs).max(initial=0.0)))
     name = getattr(dtype, "value", None)
     if name in FLOAT_MANTISSA_BITS:
@@ -195,7 +200,7 @@ def _difference(ours: np.ndarray, theirs: np.ndarray, exact: bool = False, dtype
 
 
 def compare_outputs(names: List[str], ours: List[np.ndarray], theirs: List[np.ndarray],
-                    exact: bool = False, dtypes=None) -> Tuple[float, List[str]]:
+                    exact: bool = False, dtypes=None, lsb=None) -> Tuple[float, List[str]]:
     """The share of identical elements over all outputs, and the outputs that differ by more
     than allowed (`dtypes`: the outputs' IR dtypes, where float16/bfloat16 ones allow a step)."""
     identical = total = 0
@@ -204,7 +209,7 @@ def compare_outputs(names: List[str], ours: List[np.ndarray], theirs: List[np.nd
         if mine.shape != other.shape:
             problems.append(f"output '{name}': shape {list(mine.shape)}, OPT {list(other.shape)}")
             continue
-        diff, allowed = _difference(mine, other, exact, dtypes[i] if dtypes else None)
+        diff, allowed = _difference(mine, other, exact, dtypes[i] if dtypes else None, lsb)
         identical += int((diff == 0).sum())
         total += diff.size
         over = diff > allowed
@@ -437,7 +442,11 @@ def test_model(model, setting, model_runs, record_property, tmp_path):
     run = model_runs[model, setting]
     assert not run.error, f"{run.label}: {run.error}"
     _, ours = npuopt_forward(run.txt, run.inputs)
-    check_refrun(run, ours, tmp_path, exact=True)  # before OPT's check, which may end in an expected failure
+    # before OPT's check, which may end in an expected failure; float linear layers sum in float32 in
+    # npuopt-run's order and torch's, and a Quantize after one can then move by a step, which later
+    # layers (LayerNorm) spread (docs/integer-semantics.md, "Layers kept in float")
+    check_refrun(run, ours, tmp_path, exact=setting not in FLOAT_LINEAR_SETTINGS,
+                 lsb=FLOAT_LINEAR_LSB if setting in FLOAT_LINEAR_SETTINGS else None)
     check_conformance(run, record_property, float32_sums_differ=setting in ("act16", "w16a16", "w16a16_remain"))
 
 
@@ -502,9 +511,9 @@ def test_refrun_on_opt_ir(model, opt_quantized, record_property, tmp_path):
     check_refrun(run, opt.outputs, tmp_path)
 
 
-def check_refrun(run: Run, want: List[np.ndarray], tmp_path: Path, exact: bool = False) -> None:
+def check_refrun(run: Run, want: List[np.ndarray], tmp_path: Path, exact: bool = False, lsb=None) -> None:
     """`npuopt-run` (its entry point's module) on the run's IR gives `want` on every output
-    (integers equal when `exact`, else within 1 LSB as against OPT)."""
+    (integers equal when `exact`, else within 1 LSB as against OPT, or within `lsb` where given)."""
     out = tmp_path / "refrun.npz"
     command = [sys.executable, "-m", "npuopt_run.cli", str(run.txt),
                "--input", str(run.inputs[0]), "-o", str(out)]
@@ -515,5 +524,5 @@ def check_refrun(run: Run, want: List[np.ndarray], tmp_path: Path, exact: bool =
     names = [t.name for t in tops]
     with np.load(out) as refrun:
         share, problems = compare_outputs(names, [refrun[name] for name in names], want, exact,
-                                          [t.dtype for t in tops])
+                                          [t.dtype for t in tops], lsb)
     assert not problems, f"npuopt-run on {run.txt}:\n" + "\n".join(problems)
