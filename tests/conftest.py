@@ -131,12 +131,15 @@ def line_of(txt: Path, layer: Optional[str], key: str) -> int:
     raise AssertionError(f"no key '{key}' in the block of layer {layer!r} of {txt}")
 
 
-def npuopt_run_outputs(ir: Path, x: np.ndarray, folder: Path) -> dict:
-    """`npuopt-run` (its entry point's module) on quantized IR `ir` with input `x`: its
-    outputs by name (the run must succeed)."""
-    np.save(folder / "x.npy", x)
+def npuopt_run_outputs(ir: Path, x: np.ndarray, folder: Path, *more: np.ndarray) -> dict:
+    """`npuopt-run` (its entry point's module) on quantized IR `ir` with input `x` (and the
+    graph's further inputs `more`): its outputs by name (the run must succeed)."""
+    given = []
+    for i, value in enumerate((x,) + more):
+        given += ["-i", str(folder / f"x{i or ''}.npy")]
+        np.save(given[-1], value)
     out = folder / "run.npz"
-    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(ir), "-i", str(folder / "x.npy"),
+    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(ir), *given,
                              "-o", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     with np.load(out) as outputs:

@@ -169,3 +169,33 @@ def test_no_merge_of_a_negative_scale_a_scaling_read_elsewhere_or_a_disabled_pas
     graph, inputs = attention_scores()
     run_stage1(graph, merge_matmul_scales=False)
     assert "fused_multiplier" not in graph.node("scores").params and graph.node("mul_q") is not None
+
+
+def test_a_merged_matmul_computes_its_multiplier_quantized_and_in_float(tmp_path):
+    """Quantized, the factor is in the MatMul's rescale and leaves its params; kept in
+    float, the IR keeps fused_multiplier and npuopt-run multiplies by it too."""
+    import numpy as np
+    from conftest import npuopt_run_outputs
+    from npuopt.ir import read_graph, write_graph
+    from npuopt.quant.quantizer import build_quantized_graph, float_layers
+    from npuopt.quant.settings import QuantSettings
+    from test_quantize_ops import batches, dequantized, quantize
+    graph, inputs = attention_scores()
+    run_stage1(graph)
+    want = graph.forward(inputs)[0]
+    quantize(graph, batches((4, 6), (4, 6)))  # calibrated
+    for matmul_float in (False, True):
+        settings = {n.name: QuantSettings(trigger_float_op="float16_preferred" if matmul_float and n.type == "MatMul"
+                                          else False) for n in graph.nodes}
+        qg, _ = build_quantized_graph(graph, settings, float_layers(graph, settings))
+        node = qg.node("scores")
+        assert ("fused_multiplier" in node.params) == matmul_float and node.quantized != matmul_float
+        got = qg.forward(inputs)[0]
+        out = qg.output_tensors[0]
+        assert torch.nn.functional.cosine_similarity(dequantized(out, got).flatten(), want.flatten(), dim=0) > 0.99
+        path = tmp_path / "q_o.txt"
+        write_graph(qg, str(path))
+        back = read_graph(str(path))
+        assert torch.equal(back.forward(inputs)[0], got)
+        ran = npuopt_run_outputs(path, inputs[0].numpy(), tmp_path, inputs[1].numpy())[out.name]
+        assert np.array_equal(ran, got.numpy())
