@@ -2,7 +2,7 @@
 tool chain's enable_pass_merge_matmul_mul, on by default there): a Mul by a Constant
 holding one positive value, or a BatchNorm scaling by one positive value with zero
 biases, that reads the MatMul's output or feeds one of its operands, with only layers
-that move values (SHAPE_ONLY_TYPES, each read by the next alone) between, goes; the
+that move values (MOVING_TYPES, each read by the next alone) between, goes; the
 MatMul's param `fused_multiplier` takes its factor. The float outputs stay the same;
 quantized, the factor joins the MatMul's rescale: one requantization fewer, and in fp8
 modes the layers between stay fp8 instead of passing through 8-bit integers.
@@ -10,17 +10,22 @@ modes the layers between stay fp8 instead of passing through 8-bit integers.
 Beyond the tool chain, which leaves a Mul whose Constant other layers read too: the
 Constant may be shared (PyTorch's attention scales q and k by one shared sqrt, and
 the parser writes four Muls reading one Constant in a two-layer encoder)."""
-from typing import Optional
+from typing import Optional, Tuple
 
 from ..config import SHAPE_ONLY_TYPES
 from ..logger import OPT_DEBUG
 from ..registry import OpType
 
 
-def _factor(node, producers) -> Optional[float]:
-    """The positive number `node` multiplies its one moving input by, else None."""
-    if node.type == OpType.Mul and len(node.inputs) == 2 and \
-            str(node.get_param("with_activation", "NONE")).upper() == "NONE":
+# the layers a factor passes through unchanged: they move values (Pad's fill would be scaled)
+MOVING_TYPES = tuple(t for t in SHAPE_ONLY_TYPES if t != "Pad")
+
+
+def _scaling(node, producers) -> Optional[Tuple[float, object]]:
+    """(the positive number `node` multiplies by, the input it multiplies), else None."""
+    if str(node.get_param("with_activation", "NONE")).upper() != "NONE":
+        return None
+    if node.type == OpType.Mul and len(node.inputs) == 2:
         for scalar, data in ((1, 0), (0, 1)):
             source = producers.get(node.inputs[scalar].name)
             if source is None or source.type != OpType.Constant or "weights" not in source.constants:
@@ -28,22 +33,13 @@ def _factor(node, producers) -> Optional[float]:
             v = source.get_constant("weights").betensor
             if v.is_floating_point() and v.numel() == 1 and float(v) > 0 and \
                     tuple(node.outputs[0].ir_shape) == tuple(node.inputs[data].ir_shape):
-                return float(v)
-    if node.type == OpType.BatchNorm and len(node.inputs) == 1 and \
-            str(node.get_param("with_activation", "NONE")).upper() == "NONE":
+                return float(v), node.inputs[data]
+    if node.type == OpType.BatchNorm and len(node.inputs) == 1:
         w, b = node.constants.get("weights"), node.constants.get("biases")
         if w is not None and w.betensor.numel() and bool((w.betensor == w.betensor.flatten()[0]).all()) and \
                 float(w.betensor.flatten()[0]) > 0 and (b is None or not bool(b.betensor.any())):
-            return float(w.betensor.flatten()[0])
+            return float(w.betensor.flatten()[0]), node.inputs[0]
     return None
-
-
-def _data_input(node, producers):
-    """The input a scaling layer (_factor) multiplies."""
-    if node.type == OpType.BatchNorm:
-        return node.inputs[0]
-    return next(t for t in node.inputs if producers[t.name].type != OpType.Constant or
-                producers[t.name].get_constant("weights").betensor.numel() != 1)
 
 
 def merge_matmul_mul(graph) -> list:
@@ -68,23 +64,23 @@ def merge_matmul_mul(graph) -> list:
     for matmul in [n for n in graph.nodes if n.type == OpType.MatMul and len(n.outputs) == 1]:
         found = []
         node = sole_reader(matmul.outputs[0])  # after the output
-        while node is not None and node.type in SHAPE_ONLY_TYPES and len(node.outputs) == 1:
+        while node is not None and node.type in MOVING_TYPES and len(node.outputs) == 1:
             node = sole_reader(node.outputs[0])
-        if node is not None and _factor(node, producers) is not None:
+        if node is not None and _scaling(node, producers) is not None:
             found.append(node)
         after = found[:]
         for t in matmul.inputs:  # before an operand
             node = producers.get(t.name)
-            while node is not None and node.type in SHAPE_ONLY_TYPES and len(node.inputs) == 1 and \
+            while node is not None and node.type in MOVING_TYPES and len(node.inputs) == 1 and \
                     len(node.outputs) == 1 and sole_reader(node.outputs[0]) is not None:
                 node = producers.get(node.inputs[0].name)
             if node is not None and all(node is not f for f in found) and len(node.outputs) == 1 and \
-                    sole_reader(node.outputs[0]) is not None and _factor(node, producers) is not None:
+                    sole_reader(node.outputs[0]) is not None and _scaling(node, producers) is not None:
                 found.append(node)
         for scaling in found:
-            factor = _factor(scaling, producers)
+            factor, source = _scaling(scaling, producers)
+            gone = scaling.outputs[0]
             matmul.params["fused_multiplier"] = float(matmul.params.get("fused_multiplier", 1.0)) * factor
-            source, gone = _data_input(scaling, producers), scaling.outputs[0]
             constants += [producers[t.name] for t in scaling.inputs if producers[t.name].type == OpType.Constant]
             if any(scaling is a for a in after):  # the layer before writes its tensor: readers and outputs keep it
                 producers[source.name].outputs[0] = gone
