@@ -35,6 +35,7 @@ def layers():
     dw = params_of((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4, 8, "NONE")
     tr = params_of((2, 2), (2, 2), (0, 0, 0, 0), (1, 1), 2, 6, "NONE")
     c3 = params_of((2, 3, 3), (1, 1, 1), (0, 0, 1, 1, 1, 1), (1, 1, 1), 1, 4, "NONE")
+    t3 = params_of((2, 2, 2), (2, 1, 2), (0, 0, 0, 1, 1, 0), (1, 1, 1), 2, 4, "NONE")
     return [
         ("Convolution", one_layer("Convolution", [(5, 5, 7)], CONV,
                                   {"weights": torch.randn(6, 3, 3, 7), "biases": torch.randn(6)}), (5, 5, 7)),
@@ -48,6 +49,9 @@ def layers():
         ("Convolution3D", one_layer("Convolution3D", [(3, 4, 4, 2)], c3,
                                     {"weights": to_ir(torch.randn(4, 2, 2, 3, 3), False), "biases": torch.randn(4)}),
          (3, 4, 4, 2)),
+        ("ConvTranspose3D", one_layer("ConvTranspose3D", [(2, 3, 3, 4)], t3,
+                                      {"weights": to_ir(torch.randn(4, 2, 2, 2, 2), True), "biases": torch.randn(4)}),
+         (2, 3, 3, 4)),
     ]
 
 
@@ -88,7 +92,7 @@ def test_each_block_takes_its_own_range(method):
 @pytest.mark.parametrize("method, block", [("per_block_asymmetric", 8), ("per_block_symmetric_restricted_range", 5),
                                            ("per_channel_asymmetric", 256),
                                            ("per_tensor_symmetric_restricted_range", 256)])
-@pytest.mark.parametrize("index", range(5), ids=[name for name, *_ in layers()])
+@pytest.mark.parametrize("index", range(6), ids=[name for name, *_ in layers()])
 def test_weight_only_layers_compute_with_their_dequantized_weights(tmp_path, index, method, block):
     name, graph, shape = layers()[index]
     data = batches(shape)
