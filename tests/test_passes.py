@@ -132,10 +132,11 @@ def test_unfusable_activation_is_split_into_its_own_layer():
 
 
 # ---- merge_matmul_mul ---------------------------------------------------------------------
-def attention_scores(shared=True, negative=False, reader=False):
+def attention_scores(shared=True, negative=False, reader=False, eltwise=False):
     """q and k ([1, 4, 6] each) scaled by one Constant (shared: as PyTorch's attention
     exports; else one each), reshaped and transposed, then q @ k^T; the scores scaled by a
-    scalar BatchNorm after a Reshape."""
+    scalar BatchNorm after a Reshape (`eltwise`: by an Eltwise MUL with a Constant of the
+    scores' shape, as npuopt-export writes attention)."""
     b = GraphBuilder("t")
     q, k = b.input("q", [1, 4, 6]), b.input("k", [1, 4, 6])
     value = torch.tensor([-0.5 if negative else 0.5])
@@ -147,16 +148,20 @@ def attention_scores(shared=True, negative=False, reader=False):
     kt = b.layer("Transpose", "transpose_k", [ks], {"perm": [0, 2, 1]})[0]
     scores = b.layer("MatMul", "scores", [qr, kt], {"trans_a": False, "trans_b": False})[0]
     flat = b.layer("Reshape", "flat", [scores], {"shape": [1, 16]})[0]
-    out = b.layer("BatchNorm", "bn", [flat], {"axis": -1},
-                  {"weights": torch.full((16,), 0.25), "biases": torch.zeros(16)})[0]
+    if eltwise:
+        quarter = b.layer("Constant", "quarter", [], {}, {"weights": torch.full((1, 16), 0.25)})[0]
+        out = b.layer("Eltwise", "bn", [flat, quarter], {"method": "MUL", "with_activation": "NONE"})[0]
+    else:
+        out = b.layer("BatchNorm", "bn", [flat], {"axis": -1},
+                      {"weights": torch.full((16,), 0.25), "biases": torch.zeros(16)})[0]
     tops = [out] + ([b.layer("Abs", "other", [ks])[0]] if reader else [])
     return b.build(tops), [torch.randn(1, 4, 6), torch.randn(1, 4, 6)]
 
 
 def test_scalings_next_to_a_matmul_become_its_fused_multiplier():
-    for shared in (True, False):
-        graph, inputs = attention_scores(shared)
-        check_stage1(graph, inputs, {"mul_q", "mul_k", "bn", "scale", "scale_k"})
+    for shared, eltwise in ((True, False), (False, True)):
+        graph, inputs = attention_scores(shared, eltwise=eltwise)
+        check_stage1(graph, inputs, {"mul_q", "mul_k", "bn", "scale", "scale_k", "quarter"})
         assert graph.node("scores").params["fused_multiplier"] == 0.5 * (0.5 if shared else 1.0) * 0.25
 
 

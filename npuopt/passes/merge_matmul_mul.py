@@ -1,9 +1,9 @@
 """Fold a multiplication by one positive number next to a MatMul into that MatMul (the
-tool chain's enable_pass_merge_matmul_mul, on by default there): a Mul by a Constant
-holding one positive value, or a BatchNorm scaling by one positive value with zero
-biases, that reads the MatMul's output or feeds one of its operands, with only layers
-that move values (MOVING_TYPES, each read by the next alone) between, goes; the
-MatMul's param `fused_multiplier` takes its factor. The float outputs stay the same;
+tool chain's enable_pass_merge_matmul_mul, on by default there): a Mul (or Eltwise MUL)
+by a Constant whose values are one positive number, or a BatchNorm scaling by one
+positive number with zero biases, that reads the MatMul's output or feeds one of its
+operands, with only layers that move values (MOVING_TYPES, each read by the next alone)
+between, goes; the MatMul's param `fused_multiplier` takes its factor. The float outputs stay the same;
 quantized, the factor joins the MatMul's rescale: one requantization fewer, and in fp8
 modes the layers between stay fp8 instead of passing through 8-bit integers.
 
@@ -25,15 +25,17 @@ def _scaling(node, producers) -> Optional[Tuple[float, object]]:
     """(the positive number `node` multiplies by, the input it multiplies), else None."""
     if str(node.get_param("with_activation", "NONE")).upper() != "NONE":
         return None
-    if node.type == OpType.Mul and len(node.inputs) == 2:
+    multiply = node.type == OpType.Mul or \
+        node.type == OpType.Eltwise and str(node.get_param("method", "")).upper() == "MUL"
+    if multiply and len(node.inputs) == 2:
         for scalar, data in ((1, 0), (0, 1)):
             source = producers.get(node.inputs[scalar].name)
             if source is None or source.type != OpType.Constant or "weights" not in source.constants:
                 continue
             v = source.get_constant("weights").betensor
-            if v.is_floating_point() and v.numel() == 1 and float(v) > 0 and \
-                    tuple(node.outputs[0].ir_shape) == tuple(node.inputs[data].ir_shape):
-                return float(v), node.inputs[data]
+            if v.is_floating_point() and v.numel() and bool((v == v.flatten()[0]).all()) and \
+                    float(v.flatten()[0]) > 0 and tuple(node.outputs[0].ir_shape) == tuple(node.inputs[data].ir_shape):
+                return float(v.flatten()[0]), node.inputs[data]
     if node.type == OpType.BatchNorm and len(node.inputs) == 1:
         w, b = node.constants.get("weights"), node.constants.get("biases")
         if w is not None and w.betensor.numel() and bool((w.betensor == w.betensor.flatten()[0]).all()) and \
