@@ -174,7 +174,7 @@ def export_model(model: torch.nn.Module, input_shapes: Sequence[Sequence[int]], 
     except (Exception, SystemExit) as e:
         raise ExportError(f"torch.export cannot trace the model: {_raised(e)}") from e
     graph = Exporter(program, model, name, HANDLERS).run(examples, input_layout == "nhwc")
-    run_stage1(graph)
+    run_stage1(graph, merge_matmul_scales=False)  # a float IR as the parser writes: no fused_multiplier
     inputs = [to_ir_layout(x) if input_layout == "nhwc" else x for x in examples]
     got = graph.forward(inputs)
     wants = [t for t in torch.utils._pytree.tree_leaves(reference) if isinstance(t, torch.Tensor)]
