@@ -3,9 +3,10 @@ tool chain's enable_pass_merge_matmul_mul, on by default there): a Mul (or Eltwi
 by a Constant whose values are one positive number, or a BatchNorm scaling by one
 positive number with zero biases, that reads the MatMul's output or feeds one of its
 operands, with only layers that move values (MOVING_TYPES, each read by the next alone)
-between, goes; the MatMul's param `fused_multiplier` takes its factor. The float outputs stay the same;
-quantized, the factor joins the MatMul's rescale: one requantization fewer, and in fp8
-modes the layers between stay fp8 instead of passing through 8-bit integers.
+between, goes; the MatMul's param `fused_multiplier` takes its factor. The float outputs
+stay the same; quantized, the factor joins the MatMul's rescale: one requantization
+fewer, and in fp8 modes the layers between stay fp8 instead of passing through 8-bit
+integers.
 
 Beyond the tool chain, which leaves a Mul whose Constant other layers read too: the
 Constant may be shared (PyTorch's attention scales q and k by one shared sqrt, and
