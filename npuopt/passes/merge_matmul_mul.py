@@ -65,27 +65,29 @@ def merge_matmul_mul(graph) -> list:
     read_again()
     removed, constants = [], []
     for matmul in [n for n in graph.nodes if n.type == OpType.MatMul and len(n.outputs) == 1]:
-        found = []
+        found = []  # (scaling layer, its factor, the input it scales, whether it reads the MatMul's output)
         node = sole_reader(matmul.outputs[0])  # after the output
         while node is not None and node.type in MOVING_TYPES and len(node.outputs) == 1:
             node = sole_reader(node.outputs[0])
-        if node is not None and _scaling(node, producers) is not None:
-            found.append(node)
-        after = found[:]
+        scaling = _scaling(node, producers) if node is not None else None
+        if scaling is not None:
+            found.append((node, *scaling, True))
         for t in matmul.inputs:  # before an operand
             node = producers.get(t.name)
             while node is not None and node.type in MOVING_TYPES and len(node.inputs) == 1 and \
                     len(node.outputs) == 1 and sole_reader(node.outputs[0]) is not None:
                 node = producers.get(node.inputs[0].name)
-            if node is not None and all(node is not f for f in found) and len(node.outputs) == 1 and \
-                    sole_reader(node.outputs[0]) is not None and _scaling(node, producers) is not None:
-                found.append(node)
-        for scaling in found:
-            factor, source = _scaling(scaling, producers)
+            if node is None or any(node is f[0] for f in found) or len(node.outputs) != 1 or \
+                    sole_reader(node.outputs[0]) is None:
+                continue
+            scaling = _scaling(node, producers)
+            if scaling is not None:
+                found.append((node, *scaling, False))
+        for scaling, factor, source, after in found:
             gone = scaling.outputs[0]
             matmul.params["fused_multiplier"] = float(matmul.params.get("fused_multiplier", 1.0)) * factor
             constants += [producers[t.name] for t in scaling.inputs if producers[t.name].type == OpType.Constant]
-            if any(scaling is a for a in after):  # the layer before writes its tensor: readers and outputs keep it
+            if after:  # the layer before writes its tensor: readers and outputs keep it
                 producers[source.name].outputs[0] = gone
                 producers[gone.name] = producers[source.name]
             else:
@@ -95,7 +97,8 @@ def merge_matmul_mul(graph) -> list:
             removed.append(scaling)
             read_again()
             OPT_DEBUG("merged %s '%s' (x %g) into MatMul '%s'", scaling.type, scaling.name, factor, matmul.name)
-    unread = [c for c in dict.fromkeys(constants) if c.outputs[0].name not in slots and c.outputs[0].name not in outputs]
+    unread = [c for c in dict.fromkeys(constants)
+              if c.outputs[0].name not in slots and c.outputs[0].name not in outputs]
     graph.nodes = [n for n in graph.nodes if all(n is not c for c in unread)]
     if removed:
         graph.relink()
