@@ -218,6 +218,15 @@ def test_agreement_counts_unchanged_argmax():
     assert a.same == 3 and a.count == 4 and a.fraction() == 0.75
 
 
+def test_output_cosine_is_the_mean_over_samples():
+    from npuopt.evaluation import OutputCosine
+    c = OutputCosine()
+    c.add(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([[3.0, 0.0], [2.0, 0.0]]))  # cosines 1 and 0
+    assert c.count == 2 and c.mean() == pytest.approx(0.5)
+    c.add(torch.tensor([[1.0, 1.0]]), torch.tensor([[-1.0, -1.0]]))
+    assert c.mean() == pytest.approx(0.0)
+
+
 @pytest.mark.parametrize("method, hinted", [("per_channel_symmetric_restricted_range", True),
                                             ("per_channel_asymmetric", False)])
 def test_4bit_weights_on_a_restricted_range_get_a_hint(tmp_path, caplog, method, hinted):
