@@ -159,7 +159,6 @@ def choose_start(master, held_out: HeldOut) -> Tuple[TrainableGraph, Optional[di
     errors = {"gptq_zy": held_out.error(model)}
     ctx = master.calibration_context()
     adaround(dataclasses.replace(ctx, scope=lambda node: node.name in rounded), [])
-    plan.forget()  # it set float biases
     model = trainable(master)
     errors["adaround"] = held_out.error(model)
     chosen = "gptq_zy" if errors["gptq_zy"] <= errors["adaround"] else "adaround"  # (ties: the default's)

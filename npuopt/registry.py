@@ -263,8 +263,8 @@ GLOBAL_CALIBRATIONS: Dict[str, GlobalCalibrationMethod] = {}
 
 def global_calibration(name: str, stage: str, edits_float: bool = True, data_parallel: bool = False):
     """Register a global calibration method `fn(ctx, params)` under `name`, run at
-    `stage`; `edits_float=False` says it only plans (roundings, ranges) and leaves the
-    float graph's weights and biases as they are; `data_parallel` that it reads the
+    `stage`; `edits_float=False` says it only plans (roundings, ranges, biases) and leaves
+    the float graph's weights and biases as they are; `data_parallel` that it reads the
     calibration data through `ctx.shard` and folds what each rank's units give in unit
     order (`ctx.ranks`), so that it may run in a job of several ranks."""
     if stage not in GLOBAL_CALIBRATION_STAGES:

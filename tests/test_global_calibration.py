@@ -14,7 +14,7 @@ from npuopt.errors import ConfigError
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
 from npuopt.quant.global_calibration import _grams, _layers, gptq
-from npuopt.quant.tensors import WeightGrid
+from npuopt.quant.tensors import WeightGrid, biases_of
 
 from conftest import output_mse, run_cfg
 
@@ -147,7 +147,7 @@ def test_a_scope_limits_the_layers(model):
     assert [n.name for n in master.graph.nodes if "planned_integers" in n.attrs] == ["fc"]
     # the report's per-layer plan says which layers the method decided for
     assert {r["layer"]: r.get("planned") for r in master.report["layers"] if r.get("planned")} == \
-        {"fc": ["range of 'weights'", "rounding of 'weights'"]}
+        {"fc": ["range of 'weights'", "rounding of 'weights'", "values of 'biases'"]}
 
 
 def test_patches_reproduce_the_layer(model):
@@ -225,14 +225,19 @@ def test_equalization_keeps_the_float_function_and_lowers_the_per_tensor_error(t
 def test_bias_correction_lowers_the_per_tensor_error(tmp_path):
     unbalanced_model(tmp_path)
     fields = dict(PER_TENSOR, weight_bits="4")
-    nearest = output_error(run(tmp_path, "none", **fields), tmp_path)
+    plain = run(tmp_path, "none", **fields)
+    nearest = output_error(plain, tmp_path)
     master = run(tmp_path, "bias_correction", **fields)
     assert master.report["global_calibration"] == ["bias_correction"]
     assert output_error(master, tmp_path) < 0.8 * nearest
-    # the metrics and the similarity still compare with the model as read
+    # the float model keeps its biases (the metrics compare with the model as read); the
+    # corrected ones are planned, and the quantized layer is made from them
     read = read_graph(str(tmp_path / "small.txt")).node("conv2").get_constant("biases").betensor
-    assert torch.equal(master.original.node("conv2").get_constant("biases").betensor, read)
-    assert not torch.equal(master.graph.node("conv2").get_constant("biases").betensor, read)
+    node = master.graph.node("conv2")
+    assert torch.equal(node.get_constant("biases").betensor, read)
+    assert not torch.equal(biases_of(node), read)
+    quantized = [m.qgraph.node("conv2").get_constant(k).betensor for m in (plain, master) for k in ("weights", "biases")]
+    assert torch.equal(quantized[0], quantized[2]) and not torch.equal(quantized[1], quantized[3])
 
 
 @pytest.mark.parametrize("fields, rounded", [
@@ -248,6 +253,27 @@ def test_the_default_runs_gptq_where_weights_are_per_tensor_or_below_8_bits(mode
     master = run(path, "auto", **fields)
     assert [n.name for n in master.graph.nodes if "planned_integers" in n.attrs] == rounded
     assert master.report["global_calibration"] == ["auto"]
+
+
+def test_the_default_plans_the_best_biases_of_weight_only_layers_alone(model):
+    """auto's GPTQ chooses a weight-only layer's rounding with the biases that fit it best and
+    plans them: the float model keeps its biases, the quantized layer takes the planned ones;
+    the integer layers keep the float biases."""
+    path, _ = model
+    read = read_graph(str(path / "small.txt"))
+    master = run(path, "auto", trigger_float_op="disable & <[FullyConnected]:float16_act_int_wht>",
+                 quantize_method_for_weight="per_channel_asymmetric")
+    assert [n.name for n in master.graph.nodes if "planned_biases" in n.attrs] == ["fc"]
+    for node in master.graph.nodes:
+        if "biases" in node.constants:
+            assert torch.equal(node.get_constant("biases").betensor, read.node(node.name).get_constant("biases").betensor)
+    planned = biases_of(master.graph.node("fc"))
+    assert not torch.equal(planned, read.node("fc").get_constant("biases").betensor)
+    assert torch.equal(master.qgraph.node("fc").get_constant("biases").betensor, planned)
+    # kept in float with float weights, the layer has no rounding the planned biases fit: the float ones
+    master.plan.change("fc", trigger_float_op="float16_preferred")
+    assert torch.equal(master.plan.qgraph.node("fc").get_constant("biases").betensor,
+                       read.node("fc").get_constant("biases").betensor)
 
 
 def test_the_default_gptq_lowers_the_per_tensor_error(tmp_path):

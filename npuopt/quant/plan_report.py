@@ -31,7 +31,8 @@ def _grid(t) -> dict:
 def quantization_rows(qgraph, float_graph) -> List[dict]:
     """One row per layer of the quantized graph, in graph order."""
     planned = {n.name: [f"{what} of '{key}'" for what, attr in (("range", "planned_ranges"),
-                                                                 ("rounding", "planned_integers"))
+                                                                 ("rounding", "planned_integers"),
+                                                                 ("values", "planned_biases"))
                         for key in planned_keys(n, attr)]
                + [f"range of output '{t.name}'" for t in n.outputs if t.planned_range is not None]
                for n in float_graph.nodes}

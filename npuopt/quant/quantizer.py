@@ -15,7 +15,7 @@ from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings
 from .tensors import (QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights, quantize_weights_only,
-                      store_in_float)
+                      store_in_float, use_planned_biases)
 from .weight_plans import held_values
 
 
@@ -103,6 +103,7 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
         if node.type == OpType.DeQuantize:
             continue
         node.attrs["qsettings"] = settings.get(node.name) or settings[node.attrs["boundary_of"]]
+        use_planned_biases(node)
         if node.name in keep_float:
             if node.name in operands:  # a weight-only MatMul's weights: its grid, its float mode
                 node.attrs["qsettings"] = settings[operands[node.name]]
@@ -173,6 +174,7 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
         fresh = copy.deepcopy(float_node, {**kept_tensors([float_node]),
                                            **{id(f): q for f, q in zip(float_node.inputs, node.inputs)}})
         fresh.attrs["qsettings"] = settings[node.name]
+        use_planned_biases(fresh)
         if node.quantized:
             try:
                 fresh.quantize()

@@ -16,8 +16,9 @@ minifloat grids), in steps of their grid, their biases, in steps of the output's
 grid, and where asked the weights' ranges (LSQ); the activations' ranges stay the
 planned ones. Before a forward, the layers whose parameters changed are planned
 again: their weights' range and integers (tensors.plan_weight_range/_integers) and
-float biases, then `plan.replan`, which quantizes those layers again through their own
-quantize functions: the IR written after training is the plan of the last forward.
+float biases (tensors.plan_biases), then `plan.replan`, which quantizes those layers
+again through their own quantize functions: the IR written after training is the plan
+of the last forward.
 """
 import contextlib
 import re
@@ -77,8 +78,8 @@ class LearnedLayer(torch.nn.Module):
         self.log_range = torch.nn.Parameter(torch.zeros_like(torch.as_tensor(self.grid.scale, dtype=torch.float32),
                                                              device=w.device)) if learn_range else None
         self.planned_log_range = None if self.log_range is None else self.log_range.detach().clone()
-        b = node.constants.get("biases")
-        self.biases = None if b is None else b.betensor.detach().to(torch.float32).clone()
+        b = QT.biases_of(node)
+        self.biases = None if b is None else b.detach().to(torch.float32).clone()
         self.bias_steps = None if b is None else torch.nn.Parameter(torch.zeros_like(self.biases))
         self.bias_step = bias_step
         self.versions = None
@@ -127,8 +128,7 @@ class LearnedLayer(torch.nn.Module):
             v = self.float_weights() * self.scale - self.zp
             QT.plan_weight_integers(node, "weights", self.grid.to_grid(v))
             if self.biases is not None:
-                c = node.constants["biases"]
-                c.betensor = self.float_biases().to(c.betensor.dtype)
+                QT.plan_biases(node, self.float_biases())
 
     def finish(self) -> None:
         """The float graph's weights become the learned ones."""

@@ -6,9 +6,10 @@ A method is a function registered under OPT's name with the stage it runs at:
 * ``before_calibration``: edits the float graph itself (cross-layer equalization);
   calibration then measures the edited graph;
 * ``after_calibration``: reads the calibrated graph, each layer's settings
-  (``node.attrs["qsettings"]``) and the calibration batches, and edits float biases
-  or plans weight roundings (``tensors.plan_weight_integers``) on the grid that
-  ``tensors.weight_grid`` gives; the op quantize functions then apply the plan.
+  (``node.attrs["qsettings"]``) and the calibration batches, and plans weight
+  roundings, ranges and the biases that fit them (``tensors.plan_weight_integers``,
+  ``plan_weight_range``, ``plan_biases``) on the grid that ``tensors.weight_grid``
+  gives; the op quantize functions then apply the plan.
   Decisions are read from the plan realised as a quantized graph
   (``ctx.plan.realised()``), kept current by ``ctx.plan.replan(layers)``.
 

@@ -236,13 +236,12 @@ class Problem:
         self.plan(q, self.best_biases(self.dequantize(q)) if self.mean_q is not None else None)
 
     def plan(self, q: torch.Tensor, biases: torch.Tensor = None) -> None:
-        """Use integers q [groups, rows, K] for the layer's weights (and, when given,
-        these float biases)."""
+        """Use integers q [groups, rows, K] for the layer's weights and, when given, these
+        float biases (planned: the float model keeps its own; without, the float ones)."""
         c = self.node.get_constant("weights")
         QT.plan_weight_integers(self.node, "weights", q.detach().reshape(c.betensor.shape))
-        if biases is not None and "biases" in self.node.constants:
-            b = self.node.constants["biases"]
-            b.betensor = biases.detach().reshape(b.betensor.shape).to(b.betensor.dtype)
+        b = self.node.constants.get("biases")
+        QT.plan_biases(self.node, None if biases is None or b is None else biases.reshape(b.betensor.shape))
 
 
 def _power(h: Optional[torch.Tensor], low_rank: Optional[torch.Tensor]) -> torch.Tensor:
@@ -303,12 +302,13 @@ class LayerData:
         return epochs * math.ceil(self.samples / (batch_size or self.samples))
 
 
-    def problems(self, desc: str, free_bias: bool, damp: float, choose_range: bool,
+    def problems(self, desc: str, free_bias, damp: float, choose_range: bool,
                  minifloat: bool = False) -> Iterator[Problem]:
-        """Each layer's Problem (its grid's range chosen first with `choose_range`:
-        Problem.choose_range; minifloat weights too with `minifloat`); when the caller
-        resumes, the range and rounding it planned (and the biases it set) are put into the
-        plan's quantized graph (`replan`) before the layers after it run."""
+        """Each layer's Problem (with the best biases where `free_bias`, a bool or a test of
+        the layer; its grid's range chosen first with `choose_range`: Problem.choose_range;
+        minifloat weights too with `minifloat`); when the caller resumes, the range, rounding
+        and biases it planned are put into the plan's quantized graph (`replan`) before the
+        layers after it run."""
         ctx = self.ctx
         streams = Stream(ctx.graph, self.data, one_thread=True), Stream(ctx.plan.realised(), self.data,
                                                                          one_thread=False)
@@ -319,7 +319,8 @@ class LayerData:
                 if qnode is None or not (qnode.quantized or settings_of(node).weight_only):
                     continue
                 problem = Problem.of(node, streams[0].inputs(fnode), streams[1].inputs(qnode), qnode.inputs[0],
-                                     free_bias and "biases" in node.constants, damp, units)
+                                     "biases" in node.constants and (free_bias(node) if callable(free_bias)
+                                                                     else free_bias), damp, units)
                 streams[0].until(node.name, through=True)  # the float layer runs before a plan edits it
                 if choose_range:
                     problem.choose_range()

@@ -3,7 +3,7 @@ Calibration and Integer Programming", 2020): a layer's weights are learned freel
 with the quantizer in the loop (rounded in the forward, the gradient passed straight
 through), to minimize the layer's output error on the calibration data; then rounded.
 The biases are the ones that minimize the error for the rounded weights (their
-least-squares solution, exact where OPT learns them), written into the float biases.
+least-squares solution, exact where OPT learns them), planned with the rounding.
 Before learning, the grid's range is chosen (Problem.choose_range), where OPT learns
 the weights' scale (lr_quant_param_weight): on EfficientNet-Lite0 with 4-bit weights
 top-1 0.812 without, 0.846 with it.
@@ -46,7 +46,7 @@ def learn_weights(problem, steps: int, lr: float) -> torch.Tensor:
     return torch.round(u.detach()).clamp(problem.qmin, problem.qmax)
 
 
-@global_calibration("adaquant_zy", "after_calibration", data_parallel=True)
+@global_calibration("adaquant_zy", "after_calibration", edits_float=False, data_parallel=True)
 def adaquant_zy(ctx, params):
     """AdaQuant: weights learned with the quantizer in the loop, then rounded; biases solved."""
     p = read_params("adaquant_zy", params, PARAMS)

@@ -65,7 +65,7 @@ def learn_rounding(problem, steps: int, lr: float, reg_param: float, beta_start:
     return (low + (v.detach() >= 0)).clamp(problem.qmin, problem.qmax)
 
 
-@global_calibration("adaround", "after_calibration", data_parallel=True)
+@global_calibration("adaround", "after_calibration", edits_float=False, data_parallel=True)
 def adaround(ctx, params):
     """AdaRound: learned up/down rounding of Convolution/DepthwiseConv/FullyConnected weights."""
     p = read_params("adaround", params, PARAMS)

@@ -3,8 +3,9 @@ form): rounding a layer's weights to their grid moves the mean of each output ch
 by E[(W~ - W) x]. On a per-tensor grid the move is large on channels whose weights are
 small next to the tensor's largest: their few integer steps round with a bias that the
 channels after them add up. Measured on the calibration set (inputs from the float
-graph, before the fused activation) and subtracted from the float biases, which the
-32-bit quantized biases keep almost exactly.
+graph, before the fused activation) and subtracted from the biases the quantized layer
+takes (planned: tensors.plan_biases; the float model keeps its own), which the 32-bit
+quantized biases keep almost exactly.
 
 The weights' rounding is the one quantize will store (`tensors.weight_integers`): the
 nearest, or the plan of a method that ran before this one.
@@ -49,7 +50,7 @@ def linear_output(node, weights: torch.Tensor) -> torch.Tensor:
             node.params["with_activation"] = activation
 
 
-@global_calibration("bias_correction", "after_calibration")
+@global_calibration("bias_correction", "after_calibration", edits_float=False)
 def bias_correction(ctx, params) -> None:
     """Subtract from each layer's float biases the mean output shift its weight rounding causes."""
     if params:
@@ -71,8 +72,8 @@ def bias_correction(ctx, params) -> None:
     largest = 0.0
     for node in ctx.graph.nodes:
         if node.name in sums:
-            b = node.constants["biases"]
-            shift = (sums[node.name] / counts[node.name]).to(b.betensor.device)
-            b.betensor = (b.betensor.to(torch.float64) - shift.reshape(b.betensor.shape)).to(b.betensor.dtype)
+            b = QT.biases_of(node)
+            shift = (sums[node.name] / counts[node.name]).to(b.device)
+            QT.plan_biases(node, (b.to(torch.float64) - shift.reshape(b.shape)).to(b.dtype))
             largest = max(largest, float(shift.abs().max()))
     OPT_INFO(f"bias_correction: biases of {len(sums)} layers corrected (largest shift {largest:.4g})")

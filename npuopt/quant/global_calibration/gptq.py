@@ -173,12 +173,18 @@ def _rows(v):
 @global_calibration("gptq_zy", "after_calibration", edits_float=False, data_parallel=True)
 def gptq_zy(ctx, params):
     """GPTQ: column-by-column rounding of Convolution/DepthwiseConv/FullyConnected weights with
-    error feedback, onto integer grids and fp8/fp4 ones alike. On one thread: a factor's and a
-    solve's last bits vary with the thread count, and the integers follow them (issue 13)."""
-    p = read_params("gptq_zy", params, PARAMS)
+    error feedback, onto integer grids and fp8/fp4 ones alike; the biases stay the float ones."""
+    run_gptq(ctx, read_params("gptq_zy", params, PARAMS), free_bias=False)
+
+
+def run_gptq(ctx, p: dict, free_bias) -> None:
+    """GPTQ with params `p` (PARAMS' names) on the layers in ctx's scope; where `free_bias`
+    (a bool, or a test of the layer), the layer's rounding minimizes its error with the
+    biases that fit it best, which are planned with it (Problem.plan_with_best_biases). On one thread: a factor's and a solve's
+    last bits vary with the thread count, and the integers follow them (issue 13)."""
     data = LayerData(ctx, p["batches"])
     with one_thread():
-        for problem in data.problems("gptq_zy", free_bias=False, damp=p["perc_damp"], choose_range=False,
+        for problem in data.problems("gptq_zy", free_bias=free_bias, damp=p["perc_damp"], choose_range=False,
                                      minifloat=True):
-            problem.plan(round_columns(problem, bool(p["use_act_order"]), p["block_size"]))
+            problem.plan_with_best_biases(round_columns(problem, bool(p["use_act_order"]), p["block_size"]))
             del problem  # its K x K matrix, before the next layer's is made
