@@ -14,7 +14,8 @@ from npuopt.errors import ConfigError
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
 from npuopt.quant.global_calibration import _grams, _layers, gptq
-from npuopt.quant.tensors import WeightGrid, biases_of
+from npuopt.quant.tensors import WeightGrid
+from npuopt.quant.weight_plans import biases_of
 
 from conftest import output_mse, run_cfg
 

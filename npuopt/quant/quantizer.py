@@ -15,8 +15,8 @@ from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings
 from .tensors import (QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights, quantize_weights_only,
-                      store_in_float, use_planned_biases)
-from .weight_plans import held_values
+                      store_in_float)
+from .weight_plans import held_values, use_planned_biases
 
 
 def stays_float(node, settings: Dict[str, QuantSettings]) -> bool:

@@ -287,31 +287,6 @@ def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
     return grid.quantize(w.detach().to(torch.float32).cpu())
 
 
-def plan_biases(node, biases) -> None:
-    """A global calibration method's float biases for the layer (the best for the weights'
-    planned rounding), used by the quantized graph instead of the float graph's, which
-    stay what the model computes in float (None: back to those)."""
-    set_planned(node, "planned_biases", "biases", None if biases is None else biases.detach().cpu())
-
-
-def biases_of(node) -> Optional[torch.Tensor]:
-    """The float biases the quantized layer will start from: the planned ones, or the float graph's."""
-    b = planned(node, "planned_biases", "biases")
-    if b is None and "biases" in node.constants:
-        b = node.constants["biases"].betensor
-    return b
-
-
-def use_planned_biases(node) -> None:
-    """In a quantized copy of a layer whose weights are quantized, before its quantize
-    function runs: the planned biases in place of the float graph's (the copy's constant
-    takes a new tensor; a layer kept in float with float weights keeps the float ones)."""
-    b = planned(node, "planned_biases", "biases") if settings_of(node).weights_quantized else None
-    c = node.constants.get("biases")
-    if b is not None and c is not None:
-        c.betensor = b.reshape(c.betensor.shape).to(c.betensor.device, c.betensor.dtype)
-
-
 def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1):
     """Replace float constant `key` by its integers (or minifloat values) on its WeightGrid
     (weight_integers). Returns the scale (a number, or a float32 tensor along `axis`)."""

@@ -16,7 +16,7 @@ minifloat grids), in steps of their grid, their biases, in steps of the output's
 grid, and where asked the weights' ranges (LSQ); the activations' ranges stay the
 planned ones. Before a forward, the layers whose parameters changed are planned
 again: their weights' range and integers (tensors.plan_weight_range/_integers) and
-float biases (tensors.plan_biases), then `plan.replan`, which quantizes those layers
+float biases (weight_plans.plan_biases), then `plan.replan`, which quantizes those layers
 again through their own quantize functions: the IR written after training is the plan
 of the last forward.
 """
@@ -33,7 +33,7 @@ from . import tensors as QT
 from .compare import dequantized
 from .global_calibration._layers import has_tuned_weights
 from .settings import settings_of
-from .weight_plans import planned
+from .weight_plans import biases_of, plan_biases, planned
 
 
 class _ExactWithGradientOf(torch.autograd.Function):
@@ -78,7 +78,7 @@ class LearnedLayer(torch.nn.Module):
         self.log_range = torch.nn.Parameter(torch.zeros_like(torch.as_tensor(self.grid.scale, dtype=torch.float32),
                                                              device=w.device)) if learn_range else None
         self.planned_log_range = None if self.log_range is None else self.log_range.detach().clone()
-        b = QT.biases_of(node)
+        b = biases_of(node)
         self.biases = None if b is None else b.detach().to(torch.float32).clone()
         self.bias_steps = None if b is None else torch.nn.Parameter(torch.zeros_like(self.biases))
         self.bias_step = bias_step
@@ -128,7 +128,7 @@ class LearnedLayer(torch.nn.Module):
             v = self.float_weights() * self.scale - self.zp
             QT.plan_weight_integers(node, "weights", self.grid.to_grid(v))
             if self.biases is not None:
-                QT.plan_biases(node, self.float_biases())
+                plan_biases(node, self.float_biases())
 
     def finish(self) -> None:
         """The float graph's weights become the learned ones."""

@@ -8,7 +8,7 @@ A method is a function registered under OPT's name with the stage it runs at:
 * ``after_calibration``: reads the calibrated graph, each layer's settings
   (``node.attrs["qsettings"]``) and the calibration batches, and plans weight
   roundings, ranges and the biases that fit them (``tensors.plan_weight_integers``,
-  ``plan_weight_range``, ``plan_biases``) on the grid that ``tensors.weight_grid``
+  ``plan_weight_range``, ``weight_plans.plan_biases``) on the grid that ``tensors.weight_grid``
   gives; the op quantize functions then apply the plan.
   Decisions are read from the plan realised as a quantized graph
   (``ctx.plan.realised()``), kept current by ``ctx.plan.replan(layers)``.

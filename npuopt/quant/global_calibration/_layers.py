@@ -27,6 +27,7 @@ from ...errors import ConfigError, QuantizeError
 from ...registry import OpType
 from .. import tensors as QT
 from ..settings import settings_of
+from ..weight_plans import plan_biases
 from . import one_thread
 from ._grams import Units, grams
 
@@ -241,7 +242,7 @@ class Problem:
         c = self.node.get_constant("weights")
         QT.plan_weight_integers(self.node, "weights", q.detach().reshape(c.betensor.shape))
         b = self.node.constants.get("biases")
-        QT.plan_biases(self.node, None if biases is None or b is None else biases.reshape(b.betensor.shape))
+        plan_biases(self.node, None if biases is None or b is None else biases.reshape(b.betensor.shape))
 
 
 def _power(h: Optional[torch.Tensor], low_rank: Optional[torch.Tensor]) -> torch.Tensor:

@@ -4,7 +4,7 @@ by E[(W~ - W) x]. On a per-tensor grid the move is large on channels whose weigh
 small next to the tensor's largest: their few integer steps round with a bias that the
 channels after them add up. Measured on the calibration set (inputs from the float
 graph, before the fused activation) and subtracted from the biases the quantized layer
-takes (planned: tensors.plan_biases; the float model keeps its own), which the 32-bit
+takes (planned: weight_plans.plan_biases; the float model keeps its own), which the 32-bit
 quantized biases keep almost exactly.
 
 The weights' rounding is the one quantize will store (`tensors.weight_integers`): the
@@ -16,6 +16,7 @@ from ...errors import ConfigError
 from ...logger import OPT_INFO
 from .. import tensors as QT
 from ..settings import settings_of
+from ..weight_plans import biases_of, plan_biases
 from . import global_calibration, one_thread
 from ._layers import has_tuned_weights
 
@@ -72,8 +73,8 @@ def bias_correction(ctx, params) -> None:
     largest = 0.0
     for node in ctx.graph.nodes:
         if node.name in sums:
-            b = QT.biases_of(node)
+            b = biases_of(node)
             shift = (sums[node.name] / counts[node.name]).to(b.device)
-            QT.plan_biases(node, (b.to(torch.float64) - shift.reshape(b.shape)).to(b.dtype))
+            plan_biases(node, (b.to(torch.float64) - shift.reshape(b.shape)).to(b.dtype))
             largest = max(largest, float(shift.abs().max()))
     OPT_INFO(f"bias_correction: biases of {len(sums)} layers corrected (largest shift {largest:.4g})")
