@@ -237,7 +237,8 @@ def test_bias_correction_lowers_the_per_tensor_error(tmp_path):
     node = master.graph.node("conv2")
     assert torch.equal(node.get_constant("biases").betensor, read)
     assert not torch.equal(biases_of(node), read)
-    quantized = [m.qgraph.node("conv2").get_constant(k).betensor for m in (plain, master) for k in ("weights", "biases")]
+    quantized = [m.qgraph.node("conv2").get_constant(k).betensor
+                 for m in (plain, master) for k in ("weights", "biases")]
     assert torch.equal(quantized[0], quantized[2]) and not torch.equal(quantized[1], quantized[3])
 
 
@@ -267,7 +268,8 @@ def test_the_default_plans_the_best_biases_of_weight_only_layers_alone(model):
     assert [n.name for n in master.graph.nodes if "planned_biases" in n.attrs] == ["fc"]
     for node in master.graph.nodes:
         if "biases" in node.constants:
-            assert torch.equal(node.get_constant("biases").betensor, read.node(node.name).get_constant("biases").betensor)
+            assert torch.equal(node.get_constant("biases").betensor,
+                               read.node(node.name).get_constant("biases").betensor)
     planned = biases_of(master.graph.node("fc"))
     assert not torch.equal(planned, read.node("fc").get_constant("biases").betensor)
     assert torch.equal(master.qgraph.node("fc").get_constant("biases").betensor, planned)

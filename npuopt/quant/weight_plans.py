@@ -1,9 +1,10 @@
 """What global calibration methods plan for a layer's weights (their rounding, their
-grid's range, the float biases that fit that rounding best), kept in the float graph's layer attrs with the grid settings they were
-planned for. A plan holds on that grid only: GPTQ's 4-bit integers read on the 16-bit
-grid the naive mixed-precision search gives a layer afterwards are values 2^12 times too
-small (the parser's mobilenet_v2 then output zeros); on another grid the weights take
-their calibrated range and nearest rounding, as a fresh run with that grid would."""
+grid's range, the float biases that fit that rounding best), kept in the float graph's
+layer attrs with the grid settings they were planned for. A plan holds on that grid
+only: GPTQ's 4-bit integers read on the 16-bit grid the naive mixed-precision search
+gives a layer afterwards are values 2^12 times too small (the parser's mobilenet_v2
+then output zeros); on another grid the weights take their calibrated range and
+nearest rounding, and the layer its float biases, as a fresh run with that grid would."""
 from typing import Optional
 
 import torch

@@ -180,8 +180,9 @@ def gptq_zy(ctx, params):
 def run_gptq(ctx, p: dict, free_bias) -> None:
     """GPTQ with params `p` (PARAMS' names) on the layers in ctx's scope; where `free_bias`
     (a bool, or a test of the layer), the layer's rounding minimizes its error with the
-    biases that fit it best, which are planned with it (Problem.plan_with_best_biases). On one thread: a factor's and a solve's
-    last bits vary with the thread count, and the integers follow them (issue 13)."""
+    biases that fit it best, which are planned with it (Problem.plan_with_best_biases).
+    On one thread: a factor's and a solve's last bits vary with the thread count, and the
+    integers follow them (issue 13)."""
     data = LayerData(ctx, p["batches"])
     with one_thread():
         for problem in data.problems("gptq_zy", free_bias=free_bias, damp=p["perc_damp"], choose_range=False,
