@@ -53,7 +53,7 @@ def linear_output(node, weights: torch.Tensor) -> torch.Tensor:
 
 @global_calibration("bias_correction", "after_calibration", edits_float=False)
 def bias_correction(ctx, params) -> None:
-    """Subtract from each layer's float biases the mean output shift its weight rounding causes."""
+    """Correct the biases each quantized layer takes by the mean output shift its weight rounding causes."""
     if params:
         raise ConfigError("field 'global_calibration': bias_correction takes no params")
     errors = {n.name: rounding_error(n) for n in correctable(ctx)}
