@@ -7,9 +7,9 @@ what the last training forward computed. By default the loss distills the float
 IR's outputs (whatever they are: logits, boxes, features), so unlabeled data do:
 for each output, the squared error over the float output's mean square. A share of
 train_data (`train_holdout`) is held out: where global calibration is the default
-(GPTQ), AdaRound's roundings are tried as the start too and the one of less error on
-it taken, and the epoch (or the start) with the least error on it is what is kept. A cfg's
-`train` names a Train plugin instead (the Compass Optimizer's QAT training loop:
+(GPTQ), the start's roundings are fitted again on the training samples, by GPTQ and by
+AdaRound, and the one of less error on it taken; the epoch (or the start) with the
+least error on it is what is kept. A cfg's `train` names a Train plugin instead (the Compass Optimizer's QAT training loop:
 called with the model, a DataLoader of train_data/train_label and the device).
 """
 import dataclasses
@@ -26,6 +26,7 @@ from .errors import ConfigError, PluginError
 from .feed import Shard
 from .logger import OPT_INFO
 from .quant.global_calibration.adaround import adaround
+from .quant.global_calibration.auto import auto
 from .quant.settings import settings_of
 from .quant.trainable import TrainableGraph, learned_layers
 from .registry import PLUGINS, PluginType, failed_imports, plugin_code
@@ -86,7 +87,7 @@ def fine_tune(master) -> None:
         size = master.feed.batch_size(cfg.train_batch_size)
         held_out = HeldOut(teacher, Shard(master.feed, dataset, [held[i:i + size] for i in range(0, len(held), size)],
                                           "train_data"))
-        model, report["start"], start_error = choose_start(master, held_out) if held else \
+        model, report["start"], start_error = choose_start(master, held_out, dataset, train) if held else \
             (trainable(master), None, None)
         report.update(distill(model, teacher, master.feed, dataset, train, held_out, cfg, start_error))
     report["layers"] = len(model.by_name)
@@ -141,24 +142,29 @@ def trainable(master) -> TrainableGraph:
     return TrainableGraph(master.plan, learn_ranges=master.cfg.train_ranges == "weights")
 
 
-def choose_start(master, held_out: HeldOut) -> Tuple[TrainableGraph, Optional[dict], Optional[float]]:
+def choose_start(master, held_out: HeldOut, dataset, train: List[int]) -> Tuple[TrainableGraph, Optional[dict],
+                                                                             Optional[float]]:
     """The trainable model to start from, how it was chosen and its held-out error (None
-    where it was not measured): where global calibration
-    is the default (GPTQ) and the calibration data are at hand, AdaRound's roundings of the
-    integer weights below 8 bits are tried too, and the start of less error on the held-out
-    samples taken (on Lite0's 4-bit weights AdaRound's; on the parser's random-weight
-    mobilenet_v2, GPTQ's)."""
+    where it was not measured): where global calibration is the default (GPTQ) and the
+    calibration data are at hand, the integer weights below 8 bits are rounded again on
+    the training samples, by GPTQ and by AdaRound, and the start of less error on the
+    held-out samples taken (on Lite0's 4-bit weights AdaRound's; on the parser's
+    random-weight mobilenet_v2, GPTQ's). The training samples, not the calibration
+    ones: a layer-wise rounding fitted on more images generalizes better (Lite0, 4-bit
+    weights, AdaRound on 270 training images rather than the 100 calibration ones: output
+    cosine to float on 200 other images 0.940 -> 0.955)."""
     plan = master.plan
     rounded = [n.name for n in learned_layers(plan.graph)
                if settings_of(n).weights_format == "int" and settings_of(n).weight_bits < 8]
     default = [call.method.name for call in master.methods] == ["auto"] and master.methods[0].scope is None
-    model = trainable(master)
     if not (rounded and default and master.has_calibration_data()):
-        return model, None, None
+        return trainable(master), None, None
+    ctx = dataclasses.replace(on_training_samples(master, dataset, train), scope=lambda node: node.name in rounded)
+    auto(ctx, [])
+    model = trainable(master)
     states = {name: plan.layer_state(name) for name in rounded}
     errors = {"gptq_zy": held_out.error(model)}
-    ctx = master.calibration_context()
-    adaround(dataclasses.replace(ctx, scope=lambda node: node.name in rounded), [])
+    adaround(ctx, [])
     model = trainable(master)
     errors["adaround"] = held_out.error(model)
     chosen = "gptq_zy" if errors["gptq_zy"] <= errors["adaround"] else "adaround"  # (ties: the default's)
@@ -167,9 +173,23 @@ def choose_start(master, held_out: HeldOut) -> Tuple[TrainableGraph, Optional[di
             plan.restore_layer_state(name, state)
         plan.forget()
         model = trainable(master)
-    OPT_INFO(f"fine-tuning starts from {chosen}'s roundings: error on the held-out samples "
-             + ", ".join(f"{k} {v:.4g}" for k, v in errors.items()))
+    OPT_INFO(f"fine-tuning starts from {chosen}'s roundings on the {len(train)} training samples: error on the "
+             "held-out samples " + ", ".join(f"{k} {v:.4g}" for k, v in errors.items()))
     return model, {"chosen": chosen, "held_out_errors": errors}, errors[chosen]
+
+
+def on_training_samples(master, dataset, train: List[int]):
+    """The global-calibration context with the training samples of train_data as its data."""
+    size = master.feed.batch_size(master.cfg.calibration_batch_size)
+    units = [train[i:i + size] for i in range(0, len(train), size)]
+
+    def shard(limit: int = None) -> Shard:
+        return Shard(master.feed, dataset, units[:limit] if limit else units, "train_data")
+
+    def batches():
+        read = shard()
+        return (read.graph_inputs(b) for _, b in read.read())
+    return dataclasses.replace(master.calibration_context(), batches=batches, shard=shard)
 
 
 def distill(model: TrainableGraph, teacher, feed, dataset, train: List[int], held_out: HeldOut, cfg,

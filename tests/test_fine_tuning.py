@@ -193,22 +193,47 @@ def test_held_out_samples_are_a_fixed_share_apart_from_training():
 
 
 def test_fine_tuning_starts_from_the_roundings_of_less_held_out_error(tmp_path):
-    """With the default global calibration (GPTQ), AdaRound's roundings are tried as the
-    start too; at learning rate 0 the IR is the post-training one of the method chosen
-    (the one of less held-out error), byte for byte."""
+    """With the default global calibration (GPTQ), the start's roundings are fitted again
+    on the training samples, by GPTQ and by AdaRound, and the one of less held-out error
+    taken: at learning rate 0 the IR is, byte for byte, the post-training one of the
+    method chosen with the training samples as calibration data, and not the other's."""
     from test_global_calibration import run, small_model
     small_model(tmp_path)  # logits out (tiny_cnn's softmax hides the difference), 64 samples
-    qat = run(tmp_path, "auto", train_data="data.npy", train_epochs="1", train_learning_rate="0",
-              train_holdout="0.25", output_dir="out_qat")
+    data = np.load(tmp_path / "data.npy")
+    train, held = held_out_split(len(data), 0.25)
+    np.save(tmp_path / "train.npy", data[train])  # (statistics from the same samples in both runs)
+    qat = run(tmp_path, "auto", calibration_data="train.npy", train_data="data.npy", train_epochs="1",
+              train_learning_rate="0", train_holdout="0.25", output_dir="out_qat")
     start = qat.report["fine_tuning"]["start"]
     errors = start["held_out_errors"]
     assert set(errors) == {"gptq_zy", "adaround"} and start["chosen"] == min(errors, key=errors.get)
     assert errors["gptq_zy"] != errors["adaround"]
     for name, method in (("gptq_zy", "auto"), ("adaround", "adaround")):
-        run(tmp_path, method, output_dir=f"out_{name}")
+        run(tmp_path, method, calibration_data="train.npy", output_dir=f"out_{name}")
         same = (tmp_path / f"out_{name}" / "small_o.bin").read_bytes() == \
             (tmp_path / "out_qat" / "small_o.bin").read_bytes()
         assert same == (name == start["chosen"]), name
+
+
+def test_the_start_is_fitted_on_the_training_samples_alone(tmp_path, monkeypatch):
+    """choose_start's methods read train_data's training samples, in order, in batches of
+    calibration_batch_size: none of the held-out ones, none of calibration_data's."""
+    import npuopt.fine_tuning as ft
+    from test_global_calibration import run, small_model
+    small_model(tmp_path)
+    seen = []
+
+    def recording(method):
+        def recorded(ctx, params):
+            seen.append(ctx.shard().units)
+            return method(ctx, params)
+        return recorded
+    monkeypatch.setattr(ft, "auto", recording(ft.auto))
+    monkeypatch.setattr(ft, "adaround", recording(ft.adaround))
+    run(tmp_path, "auto", train_data="data.npy", train_epochs="1", train_learning_rate="0", train_holdout="0.25",
+        output_dir="out_qat")
+    train, _ = held_out_split(64, 0.25)
+    assert seen == 2 * [[train[i:i + 16] for i in range(0, len(train), 16)]]
 
 
 def test_fine_tuning_that_only_raises_the_held_out_error_keeps_the_start(tmp_path):
