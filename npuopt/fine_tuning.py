@@ -9,8 +9,9 @@ for each output, the squared error over the float output's mean square. A share 
 train_data (`train_holdout`) is held out: where global calibration is the default
 (GPTQ), the start's roundings are fitted again on the training samples, by GPTQ and by
 AdaRound, and the one of less error on it taken; the epoch (or the start) with the
-least error on it is what is kept. A cfg's `train` names a Train plugin instead (the Compass Optimizer's QAT training loop:
-called with the model, a DataLoader of train_data/train_label and the device).
+least error on it is what is kept. A cfg's `train` names a Train plugin instead (the
+Compass Optimizer's QAT training loop: called with the model, a DataLoader of
+train_data/train_label and the device).
 """
 import dataclasses
 import math
@@ -85,8 +86,7 @@ def fine_tune(master) -> None:
     else:
         train, held = held_out_split(len(dataset), cfg.train_holdout)
         size = master.feed.batch_size(cfg.train_batch_size)
-        held_out = HeldOut(teacher, Shard(master.feed, dataset, [held[i:i + size] for i in range(0, len(held), size)],
-                                          "train_data"))
+        held_out = HeldOut(teacher, Shard(master.feed, dataset, in_batches(held, size), "train_data"))
         model, report["start"], start_error = choose_start(master, held_out, dataset, train) if held else \
             (trainable(master), None, None)
         report.update(distill(model, teacher, master.feed, dataset, train, held_out, cfg, start_error))
@@ -119,6 +119,11 @@ def held_out_split(length: int, share: float) -> Tuple[List[int], List[int]]:
         return list(range(length)), []
     order = batch_indices(length, length, shuffle=True)[0]
     return sorted(order[count:]), sorted(order[:count])
+
+
+def in_batches(samples: List[int], size: int) -> List[List[int]]:
+    """The samples, in order, as batches of `size` (the last one shorter)."""
+    return [samples[i:i + size] for i in range(0, len(samples), size)]
 
 
 class HeldOut:
@@ -180,8 +185,7 @@ def choose_start(master, held_out: HeldOut, dataset, train: List[int]) -> Tuple[
 
 def on_training_samples(master, dataset, train: List[int]):
     """The global-calibration context with the training samples of train_data as its data."""
-    size = master.feed.batch_size(master.cfg.calibration_batch_size)
-    units = [train[i:i + size] for i in range(0, len(train), size)]
+    units = in_batches(train, master.feed.batch_size(master.cfg.calibration_batch_size))
 
     def shard(limit: int = None) -> Shard:
         return Shard(master.feed, dataset, units[:limit] if limit else units, "train_data")
