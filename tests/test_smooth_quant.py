@@ -2,8 +2,8 @@
 small pre-norm block whose LayerNorm has outlier channels: the float function stays,
 the quantized output's error falls against no smoothing, a post-norm block (the norm
 also feeds the residual Add) is left alone, auto_tune finds a better alpha than the
-default, AWQ also balances a FullyConnected (RELU) into the next and its max_shrink
-finds weight ranges that lower the 4-bit error, insert_norm_if_none puts an identity
+default, AWQ also balances a FullyConnected (RELU) into the next, lowers the error of
+4-bit weight-only blocks, and its max_shrink finds weight ranges that lower the 4-bit error, insert_norm_if_none puts an identity
 BatchNorm before the FullyConnected layers nothing smooths (there the post-norm block's),
 and bad params stop with one line."""
 import numpy as np
@@ -115,6 +115,19 @@ def test_awq_keeps_the_float_function_and_lowers_the_error(tmp_path, caplog):
     error, want = output_error(master, tmp_path)
     assert torch.allclose(master.graph.forward([x])[0], want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
     assert error < 0.85 * nearest, (error, nearest)  # measured: 0.210 against 0.273 (smooth_quant_zy: 0.220)
+
+
+def test_awq_lowers_the_error_of_weight_only_blocks(tmp_path):
+    """Weight-only FullyConnected layers, 4-bit weights in blocks of 8 inputs (issue 24): AWQ's
+    columns scaled by their inputs' magnitude meet the per-block grids."""
+    block(tmp_path, post_norm=False)
+    fields = dict(weight_bits="4", trigger_float_op="float16_act_int_wht",
+                  quantize_method_for_weight="per_block_asymmetric", weight_block_size="8")
+    nearest, _ = output_error(run(tmp_path, "none", **fields), tmp_path)
+    master = run(tmp_path, "awq_zy", **fields)
+    assert master.qgraph.node("fc1").get_constant("weights").block_size == 8
+    error, _ = output_error(master, tmp_path)
+    assert error < 0.6 * nearest, (error, nearest)  # measured: 0.424 against 0.952
 
 
 def test_awq_max_shrink_plans_weight_ranges_that_lower_the_4bit_error(tmp_path):

@@ -66,24 +66,45 @@ def window(node, dims: int, transposed: bool = False) -> Window:
         group=_int_param(node, "group", 1, 1))
 
 
-def patches_2d(node, x: torch.Tensor, rows: torch.Tensor, real) -> torch.Tensor:
-    """The input patches of a 2-D convolution's output positions `rows`, [groups, rows,
-    ky * kx * C/group] in the weights' row order (registry.patches_register)."""
-    w = window(node, 2)
-    (ky, kx), (sy, sx), (dy, dx), ((top, bottom), (left, right)) = w.kernel, w.stride, w.dilation, w.pads
-    height, width = x.shape[1], x.shape[2]
-    out_h = (height + top + bottom - dy * (ky - 1) - 1) // sy + 1
-    out_w = (width + left + right - dx * (kx - 1) - 1) // sx + 1
-    sample, oy, ox = rows // (out_h * out_w), rows // out_w % out_h, rows % out_w
-    iy = (oy * sy - top).reshape(-1, 1, 1) + (torch.arange(ky, device=x.device) * dy).reshape(1, -1, 1)
-    ix = (ox * sx - left).reshape(-1, 1, 1) + (torch.arange(kx, device=x.device) * dx).reshape(1, 1, -1)
-    inside = (iy >= 0) & (iy < height) & (ix >= 0) & (ix < width)
-    taps = x[sample.reshape(-1, 1, 1), iy.clamp(0, height - 1), ix.clamp(0, width - 1)]  # [rows, ky, kx, C]
-    taps = real(taps) * inside.unsqueeze(-1)
+def patches(node, x: torch.Tensor, rows: torch.Tensor, real, dims: int, transposed: bool = False) -> torch.Tensor:
+    """The input patches of a `dims`-D direct or transposed convolution's output positions
+    `rows` (of its output as cropped), [groups, rows, taps * C/group] in the weights' row
+    order (registry.patches_register). A transposed layer's tap k of output position o
+    reads input (o + pad_begin - k * dilation) / stride where that is a whole position
+    inside the input, else a real 0; a grouped one has no such patches (its weight rows
+    serve every group: _layers.has_tuned_weights leaves it out)."""
+    w = window(node, dims, transposed)
+    sizes = tuple(int(n) for n in x.shape[1:-1])
+    if transposed:
+        out = [(n - 1) * s + d * (k - 1) + 1 + p - b - e for n, s, d, k, p, (b, e)
+               in zip(sizes, w.stride, w.dilation, w.kernel, w.output_padding, w.pads)]
+    else:
+        out = [(n + b + e - d * (k - 1) - 1) // s + 1 for n, s, d, k, (b, e) in zip(sizes, w.stride, w.dilation,
+                                                                                    w.kernel, w.pads)]
+    coords, rest = [], rows
+    for size in reversed(out):
+        coords.insert(0, rest % size)
+        rest = rest // size
+    index, inside = [], torch.ones((), dtype=torch.bool, device=x.device)
+    for a, (o, n, s, d, k, (b, _)) in enumerate(zip(coords, sizes, w.stride, w.dilation, w.kernel, w.pads)):
+        along = [1] * dims
+        along[a] = k
+        taps = (torch.arange(k, device=x.device) * d).reshape(1, *along)
+        o = o.reshape(-1, *[1] * dims)
+        if transposed:
+            full = o + b - taps
+            i, ok = torch.div(full, s, rounding_mode="floor"), full % s == 0
+        else:
+            i, ok = o * s - b + taps, True
+        index.append(i.clamp(0, n - 1))
+        inside = inside & ok & (i >= 0) & (i < n)
+    values = real(x[(rest.reshape(-1, *[1] * dims),) + tuple(index)]) * inside.unsqueeze(-1)  # [rows, *k, C]
+    order = [1 + WEIGHT_AXES[dims].index(1 + j) for j in range(dims)]  # the weights' axis order of the taps
+    values = values.permute(0, *order, dims + 1)
     if w.group == 1:
-        return taps.reshape(1, len(rows), -1)
+        return values.reshape(1, len(rows), -1)
     c = x.shape[-1] // w.group
-    return taps.reshape(len(rows), ky * kx, w.group, c).permute(2, 0, 1, 3).reshape(w.group, len(rows), -1).contiguous()
+    return values.reshape(len(rows), -1, w.group, c).permute(2, 0, 1, 3).reshape(w.group, len(rows), -1).contiguous()
 
 
 def geometry(node, x: torch.Tensor, weights: torch.Tensor, dims: int, transposed: bool = False,

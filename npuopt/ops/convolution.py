@@ -14,7 +14,7 @@ from ..errors import IRError
 from ..quant import qmath
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, patches_register, quant_register
-from ._conv import conv_float, geometry, patches_2d
+from ._conv import conv_float, geometry, patches
 from ._layout import nchw_to_nhwc, optional_constant, padded_nchw
 from ._linear import output_stage, quantize_linear
 from .activation import apply_fused_activation
@@ -83,4 +83,6 @@ def convolution_quantize(self, *args):
     quantize_linear(self, groups=self.get_param("group", 1), per_channel_constants=self.type == OpType.DepthwiseConv)
 
 
-patches_register([OpType.Convolution, OpType.DepthwiseConv], "1.0")(patches_2d)
+@patches_register([OpType.Convolution, OpType.DepthwiseConv], "1.0")
+def convolution_patches(node, x, rows, real):
+    return patches(node, x, rows, real, 2)

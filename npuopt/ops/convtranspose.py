@@ -6,8 +6,8 @@ fused activation.
 Quantized as the tool chain does (ops/_conv.py): weights quantized as if repeated
 for every group, acc = conv_transpose(q_x + zp_x, q_w + zp_w) - zp_x * row sums +
 biases, then ops/_linear.py's output stage."""
-from ..registry import OpType, op_register, quant_register
-from ._conv import conv_transpose_float, conv_transpose_quantized, geometry, quantize_transposed
+from ..registry import OpType, op_register, patches_register, quant_register
+from ._conv import conv_transpose_float, conv_transpose_quantized, geometry, patches, quantize_transposed
 from ._layout import optional_constant
 from .activation import apply_fused_activation
 
@@ -32,3 +32,8 @@ def convtranspose_forward(self, *args):
 @quant_register(OpType.ConvTranspose, "1.0")
 def convtranspose_quantize(self, *args):
     quantize_transposed(self)
+
+
+@patches_register(OpType.ConvTranspose, "1.0")
+def convtranspose_patches(self, x, rows, real):
+    return patches(self, x, rows, real, 2, transposed=True)

@@ -10,15 +10,15 @@ that surrogate's gradient (`_exact_with_gradient_of`). So what is trained is wha
 chip computes (multiplier/shift rescales, lookup tables, Eltwise and Concat rescales,
 bias rounding, clamps included), whatever the layer type, a plugin's too.
 
-What is learned: the weights of the layers that global calibration rounds
-(Convolution, DepthwiseConv, FullyConnected, integer or weight-only, integer or
-minifloat grids), in steps of their grid, their biases, in steps of the output's
-grid, and where asked the weights' ranges (LSQ); the activations' ranges stay the
-planned ones. Before a forward, the layers whose parameters changed are planned
-again: their weights' range and integers (tensors.plan_weight_range/_integers) and
-float biases (weight_plans.plan_biases), then `plan.replan`, which quantizes those layers
-again through their own quantize functions: the IR written after training is the plan
-of the last forward.
+What is learned: the weights of the convolutions, direct and transposed, 2-D and 3-D,
+and FullyConnected (_layers.has_tuned_weights; a MatMul's constant operand keeps its
+planned rounding; integer or weight-only, integer or minifloat grids), in steps of
+their grid, their biases, in steps of the output's grid, and where asked the weights'
+ranges (LSQ); the activations' ranges stay the planned ones. Before a forward, the
+layers whose parameters changed are planned again: their weights' range and integers
+(tensors.plan_weight_range/_integers) and float biases (weight_plans.plan_biases),
+then `plan.replan`, which quantizes those layers again through their own quantize
+functions: the IR written after training is the plan of the last forward.
 """
 import contextlib
 import re
@@ -157,7 +157,8 @@ class TrainableGraph(torch.nn.Module):
             self.by_name[node.name] = layer
         if not self.by_name:
             raise QuantizeError("fine-tuning: the graph has no layer whose weights can be learned "
-                                "(Convolution, DepthwiseConv, FullyConnected)")
+                                "(a Convolution, DepthwiseConv, Convolution3D, ungrouped ConvTranspose(3D) or "
+                                "FullyConnected)")
         self.sync()
 
     def sync(self) -> None:

@@ -1,6 +1,7 @@
-"""What AdaRound, AdaQuant and GPTQ share: the layers they round (Convolution,
-DepthwiseConv, FullyConnected), each layer's output error on the calibration data as
-a quadratic function of its weights, and the weights' integer grid.
+"""What AdaRound, AdaQuant and GPTQ share: the layers they round (TUNED_TYPES: the
+convolutions, direct and transposed, in 2-D and 3-D, and FullyConnected; a weight-only
+MatMul's constant operand, _operands.py), each layer's output error on the calibration
+data as a quadratic function of its weights, and the weights' integer grid.
 
 A layer computes y = W x + b per output channel (then its fused activation); x is a
 patch of the input for a convolution. Its quantized form sees x_q, its input in the
@@ -28,10 +29,12 @@ from ...registry import OpType
 from .. import tensors as QT
 from ..settings import settings_of
 from ..weight_plans import plan_biases
-from . import one_thread
+from . import _operands, one_thread
 from ._grams import Units, grams
 
-TUNED_TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected)  # (fine-tuning's too)
+TUNED_TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected, OpType.Convolution3D,
+               OpType.ConvTranspose, OpType.ConvTranspose3D)  # (fine-tuning's too)
+TRANSPOSED_TYPES = (OpType.ConvTranspose, OpType.ConvTranspose3D)
 CLIP_RATIOS = torch.linspace(0.5, 1.0, 21)  # shares of the calibrated weight range tried (choose_range)
 
 
@@ -81,8 +84,9 @@ class Stream:
             self._run(self.graph.nodes[self.done])
         return self.graph.nodes[i]
 
-    def inputs(self, node) -> List[torch.Tensor]:
-        return self.values[node.inputs[0].name]
+    def inputs(self, node, port: int = 0) -> List[torch.Tensor]:
+        """Input `port` of layer `node`, its value per batch."""
+        return self.values[node.inputs[port].name]
 
     def around(self, name: str) -> tuple:
         """(inputs, outputs) of layer `name`, each a list per tensor of its values per
@@ -261,16 +265,26 @@ def _grouped(grid, v, w: torch.Tensor):
 
 # ---- the layers in order ------------------------------------------------------------
 def has_tuned_weights(node) -> bool:
-    """A layer of TUNED_TYPES with weights: the layers whose weights the methods choose."""
-    return node.type in TUNED_TYPES and "weights" in node.constants
+    """A layer of TUNED_TYPES with weights: the layers whose weights the methods choose.
+    Not a grouped transposed convolution: its weight rows serve every group (each group
+    reads its own input channels of every row, ops/_conv.py), so its weights are no
+    stack of one matrix per group, as Problem and the grids take them; it keeps the
+    nearest rounding."""
+    return node.type in TUNED_TYPES and "weights" in node.constants \
+        and not (node.type in TRANSPOSED_TYPES and node.get_param("group", 1) > 1)
 
 
 def rounded_layers(ctx, minifloat: bool = False) -> list:
-    """The layers in scope whose weights a rounding method chooses, in graph order: weights
-    on an integer grid, and with `minifloat` (a method that rounds with Problem.to_grid)
-    fp8/fp4 weights too."""
-    return [n for n in ctx.graph.nodes if has_tuned_weights(n) and settings_of(n).weights_quantized and ctx.in_scope(n)
-            and (minifloat or settings_of(n).weights_format == "int")]
+    """The layers in scope whose weights a rounding method chooses, in the order their
+    weights are read: weights on an integer grid, and with `minifloat` (a method that
+    rounds with Problem.to_grid) fp8/fp4 weights too; a weight-only MatMul's constant
+    operand (_operands) at its MatMul, whose settings it takes."""
+    held = _operands.operands(ctx.graph)
+    order = {n.name: i for i, n in enumerate(ctx.graph.nodes)}
+    views = [held.get(n.name) or _operands.Direct(n) for n in ctx.graph.nodes if has_tuned_weights(n) or n.name in held]
+    return [v.holder for v in sorted(views, key=lambda v: order[v.reader.name])
+            if settings_of(v.reader).weights_quantized and ctx.in_scope(v.reader)
+            and (minifloat or settings_of(v.reader).weights_format == "int")]
 
 
 class LayerData:
@@ -314,19 +328,24 @@ class LayerData:
         streams = Stream(ctx.graph, self.data, one_thread=True), Stream(ctx.plan.realised(), self.data,
                                                                          one_thread=False)
         units = self.elements(ctx.graph)
+        held = _operands.operands(ctx.graph)
         try:
             for node in ctx.progress(rounded_layers(ctx, minifloat), desc):
-                fnode, qnode = (s.until(node.name) for s in streams)
-                if qnode is None or not (qnode.quantized or settings_of(node).weight_only):
+                view = held.get(node.name) or _operands.Direct(node)
+                fnode, qnode = (s.until(view.reader.name) for s in streams)
+                if qnode is None or not (qnode.quantized or settings_of(view.reader).weight_only):
                     continue
-                problem = Problem.of(node, streams[0].inputs(fnode), streams[1].inputs(qnode), qnode.inputs[0],
+                layer = view.stand_in()
+                problem = Problem.of(layer, view.rows(streams[0].inputs(fnode, view.port)),
+                                     view.rows(streams[1].inputs(qnode, view.port)), qnode.inputs[view.port],
                                      "biases" in node.constants and (free_bias(node) if callable(free_bias)
                                                                      else free_bias), damp, units)
-                streams[0].until(node.name, through=True)  # the float layer runs before a plan edits it
+                streams[0].until(view.reader.name, through=True)  # the float layer runs before a plan edits it
                 if choose_range:
                     problem.choose_range()
                 yield problem
                 del problem  # its K x K matrix, before the next layer's is made (callers let go of theirs too)
+                view.adopt(layer)
                 ctx.plan.replan(node.name)
         finally:
             for s in streams:

@@ -67,7 +67,7 @@ def learn_rounding(problem, steps: int, lr: float, reg_param: float, beta_start:
 
 @global_calibration("adaround", "after_calibration", edits_float=False, data_parallel=True)
 def adaround(ctx, params):
-    """AdaRound: learned up/down rounding of Convolution/DepthwiseConv/FullyConnected weights."""
+    """AdaRound: learned up/down rounding of the convolutions' (direct, transposed, 3-D) and FullyConnected weights."""
     p = read_params("adaround", params, PARAMS)
     data = LayerData(ctx, p["batches"])
     steps = data.steps(p["epochs"], p["batch_size"])

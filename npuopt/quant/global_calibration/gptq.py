@@ -172,7 +172,7 @@ def _rows(v):
 
 @global_calibration("gptq_zy", "after_calibration", edits_float=False, data_parallel=True)
 def gptq_zy(ctx, params):
-    """GPTQ: column-by-column rounding of Convolution/DepthwiseConv/FullyConnected weights with
+    """GPTQ: column-by-column rounding of the convolutions' and FullyConnected weights with
     error feedback, onto integer grids and fp8/fp4 ones alike; the biases stay the float ones."""
     run_gptq(ctx, read_params("gptq_zy", params, PARAMS), free_bias=False)
 

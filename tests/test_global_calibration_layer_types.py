@@ -1,0 +1,193 @@
+"""Issue 24: the global calibration rounding methods (AdaRound, AdaQuant, GPTQ) round
+the weights of every weighted layer type, not only the 2-D direct convolutions and
+FullyConnected: Convolution3D, ConvTranspose and ConvTranspose3D, integer or
+weight-only (per block too), which fine-tuning learns as well, and a weight-only
+MatMul's constant operand. The convolutions' input patches reproduce each layer's
+output; a grouped transposed layer, whose weight rows serve every group, keeps the
+nearest rounding."""
+import numpy as np
+import pytest
+import torch
+
+from npuopt.ir import write_graph
+from npuopt.ir.builder import GraphBuilder
+from npuopt.quant.global_calibration import _grams
+from npuopt.quant.trainable import learned_layers
+
+from conftest import output_mse, run_cfg
+
+# (layer type, input shape, params, weights' shape): strides, dilations, pads that crop
+# and output_padding that extends, groups
+PATCH_CASES = {
+    "convtranspose": ("ConvTranspose", [1, 5, 4, 6], dict(kernel_x=3, kernel_y=2, stride_x=2, stride_y=3, pad_left=1,
+                                                          pad_top=1, pad_bottom=2, output_padding_x=1, num_output=4),
+                      (4, 2, 3, 6)),
+    "convtranspose_dilated": ("ConvTranspose", [1, 4, 4, 3], dict(kernel_x=2, kernel_y=2, stride_y=2, dilation_x=2,
+                                                                  num_output=5), (5, 2, 2, 3)),
+    "convtranspose_grouped": ("ConvTranspose", [1, 4, 4, 6], dict(kernel_x=2, kernel_y=2, stride_x=2, stride_y=2,
+                                                                  group=2, num_output=4), (2, 2, 2, 6)),
+    "convolution3d_grouped": ("Convolution3D", [1, 4, 5, 6, 4], dict(kernel_x=3, kernel_y=2, kernel_z=2, stride_x=2,
+                                                                     pad_x_begin=1, pad_x_end=1, pad_z_end=1,
+                                                                     dilation_y=2, group=2, num_output=6),
+                              (6, 2, 3, 2, 2)),
+    "convtranspose3d": ("ConvTranspose3D", [1, 3, 4, 3, 2], dict(kernel_x=2, kernel_y=3, kernel_z=2, stride_x=2,
+                                                                 stride_z=2, pad_y_begin=1, pad_x_end=1,
+                                                                 num_output=3), (3, 3, 2, 2, 2)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PATCH_CASES))
+def test_patches_reproduce_the_layer(case):
+    """Patches times each group's weight matrix, plus the biases, are the layer's output:
+    a direct layer's weights [O, *k, C/g] are g stacked matrices; a transposed layer's
+    [O/g, *k, C] give group g the columns of its input channels."""
+    kind, shape, params, wshape = PATCH_CASES[case]
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(*wshape, generator=gen)
+    b = GraphBuilder("one")
+    b.input("x", shape)
+    b.layer(kind, "layer", ["x"], params, {"weights": w, "biases": torch.randn(params["num_output"], generator=gen)})
+    graph = b.build(["layer"])
+    graph.forward([torch.randn(2, *shape[1:], generator=gen)], keep_tensors=True)
+    node = graph.node("layer")
+    want = node.outputs[0].betensor.reshape(-1, params["num_output"])
+    groups = params.get("group", 1)
+    if kind.startswith("ConvTranspose"):
+        matrices = w.reshape(w.shape[0], -1, groups, w.shape[-1] // groups).permute(2, 0, 1, 3) \
+            .reshape(groups, w.shape[0], -1)
+    else:
+        matrices = w.reshape(groups, w.shape[0] // groups, -1)
+    p = _grams.patches(node, node.inputs[0].betensor, torch.arange(want.shape[0]))
+    got = (p @ matrices.transpose(1, 2)).transpose(0, 1).reshape(p.shape[1], -1) + node.get_constant("biases").betensor
+    assert torch.allclose(got, want, atol=1e-4), float((got - want).abs().max())
+
+
+def _layer(b, kind, name, inputs, params, wshape, gen):
+    b.layer(kind, name, inputs, params, {"weights": torch.randn(*wshape, generator=gen) * 0.3,
+                                         "biases": torch.randn(params["num_output"], generator=gen) * 0.1})
+
+
+def decoder_2d(path, gen):
+    """ConvTranspose (k2 s2, RELU) -> Convolution 3x3 -> ConvTranspose grouped (k3 s2,
+    cropped) -> FullyConnected."""
+    b = GraphBuilder("decoder")
+    b.input("x", [1, 4, 4, 6])
+    _layer(b, "ConvTranspose", "up1", ["x"], dict(kernel_x=2, kernel_y=2, stride_x=2, stride_y=2, num_output=8,
+                                                  with_activation="RELU"), (8, 2, 2, 6), gen)
+    _layer(b, "Convolution", "conv", ["up1"], dict(kernel_x=3, kernel_y=3, pad_left=1, pad_right=1, pad_top=1,
+                                                   pad_bottom=1, num_output=8), (8, 3, 3, 8), gen)
+    _layer(b, "ConvTranspose", "up2", ["conv"], dict(kernel_x=3, kernel_y=3, stride_x=2, stride_y=2, pad_right=1,
+                                                     pad_bottom=1, group=2, num_output=4), (2, 3, 3, 8), gen)
+    b.layer("Reshape", "flat", ["up2"], dict(shape=[1, 1024]))
+    _layer(b, "FullyConnected", "fc", ["flat"], dict(num_output=10), (10, 1024), gen)
+    return b.build(["fc"]), [4, 4, 6]
+
+
+def decoder_3d(path, gen):
+    """Convolution3D (3x3x3, RELU) -> ConvTranspose3D (k2 s2) -> FullyConnected."""
+    b = GraphBuilder("decoder3d")
+    b.input("x", [1, 3, 4, 4, 3])
+    _layer(b, "Convolution3D", "conv3d", ["x"], dict(kernel_x=3, kernel_y=3, kernel_z=3, pad_x_begin=1, pad_x_end=1,
+                                                     pad_y_begin=1, pad_y_end=1, pad_z_begin=1, pad_z_end=1,
+                                                     num_output=8, with_activation="RELU"), (8, 3, 3, 3, 3), gen)
+    _layer(b, "ConvTranspose3D", "up3d", ["conv3d"], dict(kernel_x=2, kernel_y=2, kernel_z=2, stride_x=2, stride_y=2,
+                                                          stride_z=2, num_output=4), (4, 2, 2, 2, 8), gen)
+    b.layer("Reshape", "flat", ["up3d"], dict(shape=[1, 1536]))
+    _layer(b, "FullyConnected", "fc", ["flat"], dict(num_output=10), (10, 1536), gen)
+    return b.build(["fc"]), [3, 4, 4, 3]
+
+
+MODELS = {"2d": decoder_2d, "3d": decoder_3d}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(f"decoder_{request.param}")
+    gen = torch.Generator().manual_seed(1)
+    graph, shape = MODELS[request.param](path, gen)
+    write_graph(graph, str(path / "model.txt"))
+    np.save(path / "data.npy", torch.randn(48, *shape, generator=gen).numpy())
+    return path
+
+
+def run(path, method, **fields):
+    name = method.split("[")[0] + "".join(f"_{v}" for v in fields.values())
+    return run_cfg(path / f"{name}.cfg", **{
+        "graph": "model.txt", "model_name": "m", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
+        "calibration_data": "data.npy", "calibration_batch_size": "16", "weight_bits": "4",
+        "quantize_method_for_weight": "per_channel_asymmetric",
+        "quantize_method_for_activation": "per_tensor_asymmetric", "global_calibration": method, **fields})
+
+
+def error_of(master, path) -> float:
+    return output_mse(master, path / "model.txt", torch.from_numpy(np.load(path / "data.npy")))[0]
+
+
+ROUNDED = {"up1", "conv", "fc", "conv3d", "up3d"}  # up2 is a grouped ConvTranspose: nearest
+
+
+@pytest.mark.parametrize("method", ["adaround[0,200]", "gptq_zy", "adaquant_zy[0,200]"])
+def test_a_method_rounds_every_convolution_type(model, method):
+    """Each method plans the integers of every layer but the grouped transposed one, on
+    the grid, and lowers the 4-bit output error against the nearest rounding."""
+    nearest = error_of(run(model, "none"), model)
+    master = run(model, method)
+    planned = {n.name for n in master.graph.nodes if "planned_integers" in n.attrs}
+    assert planned == ROUNDED & {n.name for n in master.graph.nodes}
+    for name in planned:
+        c = master.qgraph.node(name).get_constant("weights")
+        assert c.qmin <= int(c.betensor.min()) and int(c.betensor.max()) <= c.qmax
+    error = error_of(master, model)
+    assert error < 0.8 * nearest, (method, error, nearest)
+
+
+def test_weight_only_transposed_layers_are_rounded_per_block(model):
+    """Weight-only 4-bit blocks of 4 (a last, shorter block where the row does not divide):
+    GPTQ plans the transposed and 3-D layers' integers and lowers the error."""
+    fields = dict(trigger_float_op="float16_act_int_wht", quantize_method_for_weight="per_block_asymmetric",
+                  weight_block_size="5")
+    nearest = error_of(run(model, "none", **fields), model)
+    master = run(model, "gptq_zy", **fields)
+    planned = {n.name for n in master.graph.nodes if "planned_integers" in n.attrs}
+    assert planned == ROUNDED & {n.name for n in master.graph.nodes}
+    for name in planned - {"fc"}:
+        c = master.qgraph.node(name).get_constant("weights")
+        assert c.block_size == 5 and c.qbits == 4
+    assert error_of(master, model) < 0.8 * nearest
+
+
+def test_fine_tuning_learns_every_convolution_type(model):
+    """The layers fine-tuning learns are the ones the methods round."""
+    master = run(model, "none")
+    assert {n.name for n in learned_layers(master.graph)} == ROUNDED & {n.name for n in master.graph.nodes}
+
+
+def matmul_model(path, port: int):
+    """x -> MatMul with a Constant operand [6, 8]: A (x [1, 8, 20]) or B with trans_b
+    (x [1, 20, 8])."""
+    gen = torch.Generator().manual_seed(2)
+    b = GraphBuilder("mm")
+    shape = [1, 8, 20] if port == 0 else [1, 20, 8]
+    x = b.input("x", shape)
+    w = b.layer("Constant", "w", [], {}, {"weights": torch.randn(6, 8, generator=gen)})
+    first = b.layer("MatMul", "mm", [w[0], x] if port == 0 else [x, w[0]], {"trans_b": port == 1})
+    write_graph(b.build(first), str(path / "model.txt"))
+    # inputs correlated along K (H far from diagonal), where rounding with the data beats the nearest
+    rows = torch.randn(48, 20, 8, generator=gen) @ (torch.randn(8, 8, generator=gen) + 2 * torch.eye(8))
+    np.save(path / "data.npy", (rows.transpose(1, 2) if port == 0 else rows).contiguous().numpy())
+
+
+@pytest.mark.parametrize("method", ["gptq_zy", "adaround[0,200]", "adaquant_zy[0,200]"])
+@pytest.mark.parametrize("grid", ["per_channel_asymmetric", "per_block_asymmetric"])
+@pytest.mark.parametrize("port", [0, 1], ids=["A", "B_trans_b"])
+def test_a_matmuls_constant_operand_is_rounded(tmp_path, port, grid, method):
+    """The Constant's integers are planned on the MatMul's grid and lower the output error
+    against the nearest rounding."""
+    matmul_model(tmp_path, port)
+    fields = dict(trigger_float_op="float16_act_int_wht", quantize_method_for_weight=grid, weight_block_size="3")
+    nearest = error_of(run(tmp_path, "none", **fields), tmp_path)
+    master = run(tmp_path, method, **fields)
+    assert [n.name for n in master.graph.nodes if "planned_integers" in n.attrs] == ["w"]
+    c = master.qgraph.node("w").get_constant("weights")
+    assert c.is_quantized and c.qbits == 4 and (c.block_size == 3) == (grid == "per_block_asymmetric")
+    assert error_of(master, tmp_path) < 0.8 * nearest
