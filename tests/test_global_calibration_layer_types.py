@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from npuopt.ir import write_graph
+from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
+from npuopt.quant.compare import dequantized
 from npuopt.quant.global_calibration import _grams
-from npuopt.quant.trainable import learned_layers
+from npuopt.quant.trainable import TrainableGraph, learned_layers
 
-from conftest import output_mse, run_cfg
+from conftest import output_mse, run_cfg, write_cfg
 
 # (layer type, input shape, params, weights' shape): strides, dilations, pads that crop
 # and output_padding that extends, groups
@@ -156,10 +157,39 @@ def test_weight_only_transposed_layers_are_rounded_per_block(model):
     assert error_of(master, model) < 0.8 * nearest
 
 
-def test_fine_tuning_learns_every_convolution_type(model):
-    """The layers fine-tuning learns are the ones the methods round."""
-    master = run(model, "none")
+def test_fine_tuning_learns_every_convolution_type_as_the_ir_computes_it(model):
+    """Fine-tuning learns the layers the methods round; after training steps its forward is
+    the plan's quantized forward, which the IR written computes."""
+    from npuopt.config import load_config
+    from npuopt.optmaster import OptMaster
+    from npuopt.plugins import load_plugins
+    load_plugins()
+    cfg = write_cfg(model / "train.cfg", graph="model.txt", model_name="m", output_dir="out_train",
+                    dataset="NumpyDataset", calibration_data="data.npy", calibration_batch_size="16", weight_bits="4",
+                    quantize_method_for_weight="per_channel_asymmetric",
+                    quantize_method_for_activation="per_tensor_asymmetric", global_calibration="none")
+    master = OptMaster(load_config(str(cfg)))
+    master.load()
+    for stage in (master.stage1_passes, master.plan_settings, master.calibrate, master.after_calibration):
+        stage()
     assert {n.name for n in learned_layers(master.graph)} == ROUNDED & {n.name for n in master.graph.nodes}
+    trained = TrainableGraph(master.plan)
+    x = torch.from_numpy(np.load(model / "data.npy")[:8])
+    before = {name: layer.units.detach().clone() for name, layer in trained.by_name.items()}
+    optimizer = torch.optim.Adam(trained.parameters(), lr=0.3)
+    for _ in range(3):
+        optimizer.zero_grad()
+        sum(o.pow(2).mean() for o in trained.outputs(x)).backward()
+        optimizer.step()
+    with torch.no_grad():
+        last = [o.clone() for o in trained.outputs(x)]
+    assert all(not torch.equal(before[name], layer.units.detach()) for name, layer in trained.by_name.items())
+    trained.finish()
+    with master.outputs:
+        master.quantize()
+    written = read_graph(str(model / "out_train" / "m_o.txt"))
+    got = [dequantized(t, v) for t, v in zip(written.output_tensors, written.forward([x]))]
+    assert all(torch.equal(a, b) for a, b in zip(last, got))
 
 
 def matmul_model(path, port: int):
