@@ -372,7 +372,7 @@ register_field("enable_pass_merge_matmul_mul", "true", _bool,
 register_field("resize_degrade_to_nearest", "false", _bool, "Resize layers use the nearest method instead of their own", _B, per_layer=True)
 register_field("global_calibration", "auto", _global_calibration,
                "global calibration methods run on the whole graph with the calibration data (see README); "
-               "auto: GPTQ where weights are per tensor or below 8 bits",
+               "auto: GPTQ where weights are per tensor, below 8 bits or fp8/fp4",
                "auto, none, or methods like equalization & adaround[0,500] joined by &", unsupported=unknown_global_calibrations)
 register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,
                "OPT's naive search: scored with the first metric on the first `batches` metric batches, the layers "

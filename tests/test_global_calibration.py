@@ -249,8 +249,11 @@ def test_bias_correction_lowers_the_per_tensor_error(tmp_path):
                                                       "<{^fc$}:per_tensor_symmetric_restricted_range>"), ["fc"]),
     (dict(weight_bits="8", quantize_method_for_weight="per_channel_symmetric_restricted_range"), []),
     ({}, ["conv", "dw", "project", "fc"]),  # 4-bit per-channel weights
+    # fp8 weights (per channel) of the layers fp8 takes (Convolution/DepthwiseConv fusing NONE or RELU, FullyConnected)
+    (dict(quant_type="wfp8afp8", quantize_method_for_weight="per_channel_symmetric_restricted_range"),
+     ["project", "fc"]),
 ])
-def test_the_default_runs_gptq_where_weights_are_per_tensor_or_below_8_bits(model, fields, rounded):
+def test_the_default_runs_gptq_where_weights_are_per_tensor_below_8_bits_or_minifloat(model, fields, rounded):
     path, _ = model
     master = run(path, "auto", **fields)
     assert [n.name for n in master.graph.nodes if "planned_integers" in n.attrs] == rounded
