@@ -279,10 +279,15 @@ def rounded_layers(ctx, minifloat: bool = False) -> list:
     weights are read: weights on an integer grid, and with `minifloat` (a method that
     rounds with Problem.to_grid) fp8/fp4 weights too; a weight-only MatMul's constant
     operand (_operands) at its MatMul, whose settings it takes."""
+    return [view.holder for view in _rounded_views(ctx, minifloat)]
+
+
+def _rounded_views(ctx, minifloat: bool) -> list:
+    """rounded_layers as _operands views: the layer that holds the weights, the one that reads them."""
     held = _operands.operands(ctx.graph)
     order = {n.name: i for i, n in enumerate(ctx.graph.nodes)}
     views = [held.get(n.name) or _operands.Direct(n) for n in ctx.graph.nodes if has_tuned_weights(n) or n.name in held]
-    return [v.holder for v in sorted(views, key=lambda v: order[v.reader.name])
+    return [v for v in sorted(views, key=lambda v: order[v.reader.name])
             if settings_of(v.reader).weights_quantized and ctx.in_scope(v.reader)
             and (minifloat or settings_of(v.reader).weights_format == "int")]
 
@@ -328,10 +333,9 @@ class LayerData:
         streams = Stream(ctx.graph, self.data, one_thread=True), Stream(ctx.plan.realised(), self.data,
                                                                          one_thread=False)
         units = self.elements(ctx.graph)
-        held = _operands.operands(ctx.graph)
         try:
-            for node in ctx.progress(rounded_layers(ctx, minifloat), desc):
-                view = held.get(node.name) or _operands.Direct(node)
+            for view in ctx.progress(_rounded_views(ctx, minifloat), desc):
+                node = view.holder
                 fnode, qnode = (s.until(view.reader.name) for s in streams)
                 if qnode is None or not (qnode.quantized or settings_of(view.reader).weight_only):
                     continue
