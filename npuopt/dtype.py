@@ -207,3 +207,10 @@ def tensor_to_bytes(value: torch.Tensor, dtype: Dtype) -> bytes:
     elif dtype.is_integer and arr.dtype.is_floating_point:
         arr = torch.round(arr)
     return arr.numpy().astype(dtype.numpy_storage).tobytes()
+
+
+def computing_float(x: torch.Tensor) -> torch.Tensor:
+    """A float layer's values in the type it computes in: float32, or float64 where its
+    graph computes float layers in float64 (node.float_layers_in_float64 hands them over
+    as float64), so that no step rounds to float32 before its top does."""
+    return x if x.dtype == torch.float64 else x.to(torch.float32)

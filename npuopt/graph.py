@@ -6,8 +6,9 @@ from typing import Dict, List, Optional, Sequence
 import networkx as nx
 import torch
 
+from .dtype import Dtype
 from .errors import GraphError, NpuoptError
-from .node import PyNode
+from .node import PyNode, float_layers_in_float64
 from .tensor import PyTensor
 
 WORKING_COPIES = 4  # 8-byte copies of a layer's largest tensor that a forward holds at once
@@ -84,6 +85,12 @@ class PyGraph:
         """Whether this is a quantized (or mixed-precision) graph: some layer computes in
         integers, or holds integer weights (weight-only quantization)."""
         return any(node.quantized or any(c.is_quantized for c in node.constants.values()) for node in self.nodes)
+
+    @property
+    def computes_float_layers_in_float64(self) -> bool:
+        """A quantized graph, or one with float16/bfloat16 tensors, computes its float layers
+        in float64 (node.float_layers_in_float64); a float model stays in float32."""
+        return self.quantized or any(t.dtype in (Dtype.FP16, Dtype.BFP16) for t in self._tensors.values())
 
     def tensor(self, name: str) -> PyTensor:
         return self._tensors[name]
@@ -214,7 +221,7 @@ class PyGraph:
         first = self.input_tensors[0] if self.input_tensors else None
         self._batch_factor = (inputs[0].shape[0] / first.ir_shape[0]) if first and first.ir_shape and first.ir_shape[0] else 1
         outputs = {t.name for t in self.output_tensors}
-        with torch.no_grad():
+        with torch.no_grad(), float_layers_in_float64(self.computes_float_layers_in_float64):
             for i, node in enumerate(self.nodes):
                 node.forward()
                 if after_node is not None:

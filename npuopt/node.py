@@ -17,6 +17,10 @@ from .tensor import PyTensor, opt_form
 
 _MISSING = object()
 _OBSERVING = [True]
+_IN_FLOAT64 = [False]
+# float layers that keep their float32 arithmetic in float64 mode: the boundary's
+# conversions are defined in float32 (docs/integer-semantics.md)
+FLOAT32_BOUNDARY = ("Quantize", "DeQuantize")
 
 
 @contextlib.contextmanager
@@ -28,6 +32,19 @@ def observing_placeholders(on: bool):
         yield
     finally:
         _OBSERVING[0] = was
+
+
+@contextlib.contextmanager
+def float_layers_in_float64(on: bool):
+    """Whether the layers kept in float compute in float64 (a quantized or float16 graph's:
+    Graph.forward): their tops, rounded to float32 and then to their type, then do not
+    depend on the order of float sums, and npuopt-run computes them bit for bit
+    (docs/integer-semantics.md, "Layers kept in float")."""
+    was, _IN_FLOAT64[0] = _IN_FLOAT64[0], on
+    try:
+        yield
+    finally:
+        _IN_FLOAT64[0] = was
 
 # attrs the Compass Optimizer's framework sets on every layer, derived here from what
 # npuopt knows: the layer's effective settings (cfg + opt_config, with the cfg fields
@@ -220,22 +237,29 @@ class PyNode:
         return self.constants[key]
 
     def forward(self, *args):
-        with self._weights_in_float():
+        wide = _IN_FLOAT64[0] and not self.quantized and self.type not in FLOAT32_BOUNDARY
+        with self._weights_in_float(wide):
             out = self._call(OP_FORWARDS, "forward", args)
         if not self.quantized:
             for t in self.outputs:  # a float16/bfloat16 top holds values of its type
+                if wide and t.betensor.dtype == torch.float64:
+                    t.betensor = t.betensor.to(torch.float32)
                 if t.dtype in (Dtype.FP16, Dtype.BFP16) and t.betensor.is_floating_point():
                     t.betensor = fit_float(t.betensor, t.dtype)
+            if wide:
+                out = self.outputs[0].betensor if isinstance(out, torch.Tensor) and len(self.outputs) == 1 \
+                    else [t.betensor for t in self.outputs]
             if self.placeholders and _OBSERVING[0]:
                 self._observe_placeholders()
         return out
 
     @contextlib.contextmanager
-    def _weights_in_float(self):
-        """A layer kept in float computes in float32: integer weights (weight-only
-        quantization) dequantized, whatever its type, and float16/bfloat16 constants (as an
-        IR read back holds them) as float32 values."""
-        kept = {}
+    def _weights_in_float(self, wide: bool):
+        """A layer kept in float computes in float32, or in float64 where `wide`: integer
+        weights (weight-only quantization) dequantized in float32, whatever its type,
+        float16/bfloat16 constants (as an IR read back holds them) as their values, and,
+        where `wide`, every float constant and input as float64 (exact there)."""
+        kept, inputs = {}, []
         if not self.quantized:
             for key, c in self.constants.items():
                 if key == "weights" and c.is_quantized:
@@ -244,11 +268,21 @@ class PyNode:
                 elif c.betensor.dtype in (torch.float16, torch.bfloat16):
                     kept[key] = c.betensor, c.dtype
                     c.betensor = c.betensor.to(torch.float32)
+                if wide and c.betensor.is_floating_point():
+                    kept.setdefault(key, (c.betensor, c.dtype))
+                    c.betensor = c.betensor.to(torch.float64)
+            if wide:
+                inputs = [(t, t.betensor) for t in self.inputs if t.betensor.is_floating_point()]
+                for t, value in inputs:
+                    t.betensor = value.to(torch.float64)
         try:
             yield
         finally:
             for key, (value, dtype) in kept.items():
                 self.constants[key].betensor, self.constants[key].dtype = value, dtype
+            for t, value in reversed(inputs):
+                if t not in self.outputs:
+                    t.betensor = value
 
     def quantize(self, *args):
         with positive_shifts(self.force_shift_positive):

@@ -1,7 +1,10 @@
 """Run a (quantized or mixed-precision) model layer by layer.
 
 Integer tensors are held as int64 NumPy arrays, float tensors as float32.
-Values cross between float and integer layers only through Quantize and
+A layer kept in float computes in float64 (its float inputs and constants exact
+there) and its tops are rounded to float32 and then to their type, as npuopt's
+forward does: so both give the same values whatever order each sums in
+(Quantize and DeQuantize keep their float32 arithmetic). Values cross between float and integer layers only through Quantize and
 DeQuantize layers (docs/integer-semantics.md).
 """
 import math
@@ -37,6 +40,12 @@ class TensorInfo:
         """Integers, or a scaled fp8 format: what a quantized layer reads and writes."""
         return self.dtype.is_int or self.dtype.minifloat
 
+    @property
+    def unscaled(self) -> bool:
+        """Integers that are their own real values (indices, counts, a comparison's 0/1:
+        scale 1, zero point 0, or none): float and integer layers alike read them."""
+        return self.dtype.is_int and self.scale in (None, 1.0) and self.zp in (None, 0)
+
     def quant(self, who: Layer):
         """(scale, zp) of an integer tensor; a quantized IR must carry both."""
         if self.scale is None or self.zp is None:
@@ -58,6 +67,9 @@ def tensor_infos(model: Model) -> Dict[str, TensorInfo]:
             infos[t] = TensorInfo(t, layer.top_types[i], layer.top_shapes[i], scale, zp, qmin, qmax, layer)
     return infos
 
+
+# float layers that keep float32 arithmetic (the boundary's conversions are defined in float32)
+FLOAT32_BOUNDARY = ("Quantize", "DeQuantize")
 
 # constants that only describe a quantization (they do not make a layer float)
 _DESCRIPTIVE_CONSTANTS = ("weights_scale", "biases_scale")
@@ -156,13 +168,17 @@ class Runner:
 
     def _check_quantized(self) -> None:
         """npuopt-run checks quantized IRs: refuse a float one (no integer tensor with a
-        scale nor quantized weights: the parser's or npuopt-export's IR, not npuopt's), and a graph input or
+        scale, no quantized weights, no float16/bfloat16 tensor: the parser's or
+        npuopt-export's IR, not npuopt's), and a graph input or
         output scale that would quantize or dequantize to garbage."""
         weight_only = any(layer.has_const("weights_scale") or "weights_scale" in layer.params
                           for layer in self.model.layers)
-        if not weight_only and not any(info.quantized and info.scale is not None for info in self.infos.values()):
+        narrow = any(info.dtype.name in ("float16", "bfloat16") for info in self.infos.values())
+        if not (weight_only or narrow) and not any(info.quantized and info.scale is not None
+                                                   for info in self.infos.values()):
             raise RefrunError(f"{self.model.path}: not a quantized IR: no layer writes an integer tensor with a "
-                              f"layer_top_scale (a float IR; quantize it with npuopt first)")
+                              f"layer_top_scale, nor a float16/bfloat16 one (a float IR; quantize it with npuopt "
+                              f"first)")
         for name in self.model.inputs + self.model.outputs:
             info = self.infos[name]
             if info.quantized and info.scale is not None and not (math.isfinite(info.scale) and info.scale > 0):
@@ -291,11 +307,13 @@ class Runner:
             raise layer.error(f"npuopt-run has no {mode} forward for {layer.type}")
         infos = [self.infos[b] for b in layer.bottoms]
         for info in infos:
-            if info.quantized != (quantized != op.reads_other_kind):
+            if info.quantized != (quantized != op.reads_other_kind) and not (info.unscaled and not quantized):
                 raise layer.error(f"{'an integer' if quantized else 'a float'} {layer.type} reads "
                                   f"{'quantized' if info.quantized else 'float'} tensor '{info.name}' "
                                   f"(values cross between float and integer only through "
                                   f"Quantize/DeQuantize layers)")
+        if not quantized and layer.type not in FLOAT32_BOUNDARY:
+            xs = [x.astype(np.float64) if x.dtype.kind == "f" else x for x in xs]
         try:
             return fn(layer, xs, infos)
         except RefrunError:
@@ -313,6 +331,8 @@ class Runner:
         if out.ndim != len(want) or (differ and not batch_axis_ok):
             raise layer.error(f"computed shape {list(out.shape)} for '{info.name}', the IR says {list(info.shape)}")
         if info.is_int:
+            if not self.integer[layer.name] and out.dtype.kind in "biu":
+                out = out.astype(np.int64)  # a float layer's integer top (a comparison's 0/1, indices)
             if out.dtype != np.int64:
                 raise layer.error(f"integer forward returned {out.dtype} for '{info.name}'")
             if out.size and (out.min() < info.dtype.qmin or out.max() > info.dtype.qmax):

@@ -42,17 +42,23 @@ def npuopt_tensors(ir_path: str, inputs: Sequence[np.ndarray]) -> Tuple[List[str
     return order, {name: graph.tensor(name).betensor.detach().cpu().numpy() for name in order}
 
 
-def mismatches(want: np.ndarray, got: np.ndarray) -> np.ndarray:
-    """Boolean mask of differing elements: exact for integers, float32 rounding for floats."""
-    if np.issubdtype(want.dtype, np.floating) or np.issubdtype(got.dtype, np.floating):
+def mismatches(want: np.ndarray, got: np.ndarray, exact: bool = False) -> np.ndarray:
+    """Boolean mask of differing elements: exact for integers (for floats too where
+    `exact`), float32 rounding for floats."""
+    floats = np.issubdtype(want.dtype, np.floating) or np.issubdtype(got.dtype, np.floating)
+    if floats and exact:
+        return ~((want == got) | (np.isnan(want) & np.isnan(got)))
+    if floats:
         want, got = want.astype(np.float64), got.astype(np.float64)
         scale = max(float(np.abs(want).max(initial=0.0)), 1.0)
         return ~(np.abs(want - got) <= FLOAT_ATOL * scale + FLOAT_RTOL * np.abs(want))
     return want.astype(np.int64) != got.astype(np.int64)
 
 
-def compare(name: str, order: List[str], npuopt_values: Dict[str, np.ndarray], dump_dir: str) -> Tuple[bool, str]:
-    """(passed, the last line), printing a detail line for every differing tensor."""
+def compare(name: str, order: List[str], npuopt_values: Dict[str, np.ndarray], dump_dir: str,
+            exact: bool = False) -> Tuple[bool, str]:
+    """(passed, the last line), printing a detail line for every differing tensor
+    (`exact`: float tensors too must be equal)."""
     with open(os.path.join(dump_dir, "index.json")) as f:
         index = json.load(f)
     first = None
@@ -67,7 +73,7 @@ def compare(name: str, order: List[str], npuopt_values: Dict[str, np.ndarray], d
             print(f"  {tensor}: shape {list(got.shape)} from npuopt-run, {list(want.shape)} from npuopt")
             first = first or (want.size, tensor)
             continue
-        bad = mismatches(want, got)
+        bad = mismatches(want, got, exact)
         count = int(bad.sum())
         if count:
             where = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -85,10 +91,10 @@ def case_inputs(folder: str) -> List[str]:
     return [os.path.join(folder, f"in{i}.npy") for i in range(count)]
 
 
-def run_case(folder: str, overrides: Dict[str, str] = None) -> Tuple[bool, str]:
+def run_case(folder: str, overrides: Dict[str, str] = None, exact: bool = False) -> Tuple[bool, str]:
     """What run_one.sh does, in this process: quantize with npuopt (`overrides`: cfg
-    fields, as run_one.sh's --set), run npuopt-run with --dump, compare. Returns
-    (passed, the PASS/FAIL line)."""
+    fields, as run_one.sh's --set), run npuopt-run with --dump, compare (`exact`: float
+    tensors too). Returns (passed, the PASS/FAIL line)."""
     import contextlib
     import io
     import shutil
@@ -120,7 +126,7 @@ def run_case(folder: str, overrides: Dict[str, str] = None) -> Tuple[bool, str]:
             if e.code:
                 return False, f"FAIL {name}: {err.getvalue().strip()}"
     order, values = npuopt_tensors(ir, [np.load(x) for x in inputs])
-    return compare(name, order, values, os.path.join(work, "dump"))
+    return compare(name, order, values, os.path.join(work, "dump"), exact)
 
 
 def main(argv: List[str] = None) -> int:

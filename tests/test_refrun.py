@@ -648,7 +648,9 @@ def test_float_resize_and_reduce_run_like_npuopt(tmp_path):
 def test_float_and_integer_meet_only_at_boundaries(capsys, tmp_path):
     relu = dict(name="relu", type="Activation", bottoms=["x"], tops=["relu"], shapes=[[1, 1, 2, 1]],
                 types=["float32"], params=dict(method="RELU"))
-    txt = write_qir(tmp_path, [int8_input("x", [1, 1, 2, 1]), relu], ["x"], ["relu"])
+    # (a scaled input: integers of scale 1, zero point 0 are their own values, which float
+    # layers read as they are: indices, counts)
+    txt = write_qir(tmp_path, [int8_input("x", [1, 1, 2, 1], scale=4.0), relu], ["x"], ["relu"])
     np.save(tmp_path / "x.npy", X_Q)
     expect_error(capsys, [txt, "--input", str(tmp_path / "x.npy"), "--integer-input", "-o",
                           str(tmp_path / "o.npz")], "layer 'relu'", "DeQuantize")

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import torch
 
+from ..dtype import computing_float
 from ..errors import IRError
 from ..quant import tensors as QT
 from ..quant.fields import Rescale
@@ -30,9 +31,10 @@ def broadcast_shape(node, *tensors: torch.Tensor) -> torch.Size:
 
 
 def float_operands(node, count: int = 2):
-    """The first `count` inputs as float32, broadcast-checked: the tool chain computes these
-    layers' float forward in float32, whatever the inputs' dtypes."""
-    xs = [t.betensor.to(torch.float32) for t in node.inputs[:count]]
+    """The first `count` inputs as float32 (float64 in float64 mode: dtype.computing_float),
+    broadcast-checked: the tool chain computes these layers' float forward in float32,
+    whatever the inputs' dtypes."""
+    xs = [computing_float(t.betensor) for t in node.inputs[:count]]
     broadcast_shape(node, *xs)
     return xs
 

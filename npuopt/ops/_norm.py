@@ -14,7 +14,7 @@ from typing import List, Tuple
 
 import torch
 
-from ..dtype import Dtype
+from ..dtype import Dtype, computing_float
 from ..errors import IRError
 from ..quant import fields, qmath
 from ..quant import tensors as QT
@@ -91,7 +91,7 @@ def per_channel(v, channel_shape):
 def normalized_float(x: torch.Tensor, layout: Layout, eps: float) -> torch.Tensor:
     """(x - mean) * (1 / (var + eps)^0.5) per row, in float32 as the tool chain."""
     shape = x.shape
-    x = x.to(torch.float32).reshape(layout.view)
+    x = computing_float(x).reshape(layout.view)
     mean = torch.mean(x, dim=layout.axes, keepdim=True)
     var = torch.mean((x - mean) ** 2, dim=layout.axes, keepdim=True)
     return ((x - mean) * (1.0 / torch.pow(var + eps, 0.5))).reshape(shape)

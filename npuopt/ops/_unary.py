@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ..dtype import Dtype
+from ..dtype import Dtype, computing_float
 from ..errors import IRError
 from ..quant import fields, qmath
 from ..quant import tensors as QT
@@ -38,7 +38,7 @@ def operands(node):
 
 def float_forward(node, fn):
     inp, out = operands(node)
-    out.betensor = fn(inp.betensor.float())
+    out.betensor = fn(computing_float(inp.betensor))
     return out.betensor
 
 

@@ -10,6 +10,7 @@ area), area = the window's taps. FractionalPool shares that AVG (window_average)
 import torch
 import torch.nn.functional as F
 
+from ..dtype import computing_float
 from ..errors import IRError
 from ..quant import qmath
 from ..quant import tensors as QT
@@ -71,7 +72,7 @@ def adaptivepool_forward(self, *args):
     x = batched(self, x_t.betensor)
     if not self.quantized:
         pool = F.adaptive_max_pool2d if method == "MAX" else F.adaptive_avg_pool2d
-        out_t.betensor = unbatched(pool(x.to(torch.float32), size), x_t.betensor)
+        out_t.betensor = unbatched(pool(computing_float(x), size), x_t.betensor)
         return out_t.betensor
     if method == "MAX":
         y = F.adaptive_max_pool2d(x.to(torch.float64), size)

@@ -13,6 +13,7 @@ stay below 2^24):
   npuopt quantizes such an output with zero point 0 when alpha < 0)."""
 import torch
 
+from ..dtype import computing_float
 from ..errors import IRError
 from ..quant import qmath
 from ..quant import tensors as QT
@@ -87,11 +88,11 @@ def gemm_forward(self, *args):
     check_inputs(self, (2, 3))
     if self.quantized:
         return gemm_quantized(self)
-    a, b = _operands(self, *(t.betensor.to(torch.float32) for t in self.inputs[:2]))
+    a, b = _operands(self, *(computing_float(t.betensor) for t in self.inputs[:2]))
     y = torch.matmul(a, b) * _float_param(self, "alpha", 1.0)
     _check_bias(self, y)
     if len(self.inputs) == 3:
-        y = y + self.inputs[2].betensor.to(torch.float32) * _float_param(self, "beta", 1.0)
+        y = y + computing_float(self.inputs[2].betensor) * _float_param(self, "beta", 1.0)
     self.outputs[0].betensor = y
     return y
 

@@ -11,7 +11,7 @@ largest entry is 1, else 31). OPT's default target (X2) writes a float32 `lut_ex
 `quantize_scale` instead (float_table_form): npuopt reads it, and writes the integer form."""
 import torch
 
-from ..dtype import Dtype
+from ..dtype import Dtype, computing_float
 from ..errors import IRError
 from ..quant import fields, qmath
 from ..quant import tensors as QT
@@ -76,7 +76,7 @@ def logsoftmax_forward(self, *args):
     x_t, out_t = self.inputs[0], self.outputs[0]
     axis = softmax.softmax_axis(self, x_t.betensor.dim())
     if not self.quantized:
-        out_t.betensor = torch.log_softmax(x_t.betensor.to(torch.float32), dim=axis)
+        out_t.betensor = torch.log_softmax(computing_float(x_t.betensor), dim=axis)
         return out_t.betensor
     return QT.store_output(self, log_softmax_integers(self, x_t.betensor.to(torch.int64), axis, x_t, out_t), out_t)
 

@@ -15,7 +15,7 @@ pixel count, so it does not compute its own float form."""
 import torch
 import torch.nn.functional as F
 
-from ..dtype import Dtype
+from ..dtype import Dtype, computing_float
 from ..errors import IRError
 from ..quant import fields, qmath
 from ..quant import tensors as QT
@@ -91,7 +91,7 @@ def lrn_forward(self, *args):
     size, bias, alpha, beta = params(self)
     check_shape(self, method, size, x_t.betensor.dim())
     if not self.quantized:
-        out_t.betensor = lrn_float(x_t.betensor.to(torch.float32), method, size, bias, alpha, beta)
+        out_t.betensor = lrn_float(computing_float(x_t.betensor), method, size, bias, alpha, beta)
         return out_t.betensor
     x = x_t.betensor.to(torch.int64) + int(x_t.zerop)
     if method == "ACROSS_CHANNELS":

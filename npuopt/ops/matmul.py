@@ -46,7 +46,7 @@ def matmul_forward(self, *args):
     a, b = _operands(self, *(t.betensor for t in self.inputs))
     out = torch.matmul(a, b)
     if "fused_multiplier" in self.params:
-        out = out * float(self.params["fused_multiplier"])
+        out = out * torch.tensor(float(self.params["fused_multiplier"]), dtype=torch.float32)
     self.outputs[0].betensor = out
     return out
 

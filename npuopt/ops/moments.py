@@ -10,7 +10,7 @@ quantization; x = (q * input_scale_value) >> input_shift_value (the tool chain w
 computed on V's two 16-bit halves (the tool chain's form)."""
 import torch
 
-from ..dtype import Dtype
+from ..dtype import Dtype, computing_float
 from ..errors import IRError
 from ..quant import qmath
 from ..quant import tensors as QT
@@ -62,8 +62,10 @@ def moments_forward(self, *args):
     axes = moments_axes(self, x_t.betensor.dim())
     keep = keepdims(self)
     if not self.quantized:
-        std, mean = torch.std_mean(x_t.betensor.to(torch.float32), dim=axes, keepdim=keep, correction=0)
-        mean_t.betensor, var_t.betensor = mean, std * std
+        x = computing_float(x_t.betensor)
+        mean = torch.mean(x, dim=axes, keepdim=True)
+        var = torch.mean((x - mean) ** 2, dim=axes, keepdim=keep)
+        mean_t.betensor, var_t.betensor = (mean if keep else mean.squeeze(tuple(axes))), var
         return mean_t.betensor, var_t.betensor
     r = Rescale.read(self, "input_")
     x = (x_t.betensor.to(torch.int64) * r.multiplier) >> r.shift

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ..dtype import Dtype
+from ..dtype import Dtype, computing_float
 from ..errors import IRError
 from ..quant import fields, qmath
 from ..quant import tensors as QT
@@ -94,9 +94,9 @@ def normalization_forward(self, *args):
         y = l2_integers(self, x, axes, out_t) if p == 2 else l1_integers(self, x, axes, out_t)
         return QT.store_output(self, y, out_t)
     eps = epsilon(self)
-    x = x_t.betensor.to(torch.float32)
+    x = computing_float(x_t.betensor)
     norm = torch.sum(torch.abs(x) ** p, dim=axes, keepdim=True)
-    norm = torch.where(norm < eps, torch.tensor(eps, dtype=torch.float32), norm)
+    norm = torch.where(norm < eps, torch.tensor(eps, dtype=norm.dtype), norm)
     out_t.betensor = x / torch.pow(norm, 1.0 / p)
     return out_t.betensor
 

@@ -28,6 +28,7 @@ import math
 
 import torch
 
+from ..dtype import computing_float
 from ..errors import IRError
 from ..quant import fields, qmath
 from ..quant import tensors as QT
@@ -164,7 +165,7 @@ def reduce_forward(self, *args):
     if self.quantized:
         out = QT.store_output(self, reduce_quantized(self, method, axes), out_t)
     else:
-        x = x_t.betensor if method in PASS_THROUGH else x_t.betensor.to(torch.float32)
+        x = x_t.betensor if method in PASS_THROUGH else computing_float(x_t.betensor)
         out = reduce_float(method, x, axes, out_t.dtype)
     if not self.get_param("keepdims", True):
         out = out.reshape([s for d, s in enumerate(out.shape) if d not in axes])

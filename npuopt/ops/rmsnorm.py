@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from ..dtype import computing_float
 from ..quant import tensors as QT
 from ..quant.fields import Rescale
 from ..quant.settings import settings_of
@@ -35,7 +36,7 @@ def rmsnorm_forward(self, *args):
     if self.quantized:
         n = _norm.rms_integers(x_t.betensor, lay, x_t, out_t, Rescale.read(self, "norm_"))
         return QT.store_output(self, _norm.affine_integer(self, n, lay, out_t, Rescale.read(self)), out_t)
-    x = x_t.betensor.to(torch.float32)
+    x = computing_float(x_t.betensor)
     var = torch.mean(x * x, dim=lay.axes, keepdim=True)
     eps = float(self.get_param("epsilon", 1e-5))
     out_t.betensor = _norm.affine_float(self, x * (1.0 / torch.pow(var + eps, 0.5)), lay)

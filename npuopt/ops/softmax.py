@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from ..dtype import Dtype
+from ..dtype import Dtype, computing_float
 from ..errors import IRError
 from ..quant import fields, qmath
 from ..quant import tensors as QT
@@ -151,7 +151,7 @@ def softmax_forward(self, *args):
     x_t, out_t = self.inputs[0], self.outputs[0]
     axis = softmax_axis(self, x_t.betensor.dim())
     if not self.quantized:
-        out_t.betensor = torch.softmax(x_t.betensor.to(torch.float32), dim=axis)
+        out_t.betensor = torch.softmax(computing_float(x_t.betensor), dim=axis)
         return out_t.betensor
     q = x_t.betensor.to(torch.int64)
     adjust = int(self.get_param("adjust_q", -1))

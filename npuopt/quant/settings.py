@@ -159,9 +159,9 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
                  f"{len(tops)} tensors, the others their calibrated extrema")
     modes = cfg.per_layer.get("trigger_float_op")
     if modes is not None and any(m != "disable" for m in modes.values()):
-        OPT_INFO("trigger_float_op: layers in a float mode are kept in float: computed in float32, their tops "
-                 "and constants (biases aside) rounded to and written as float16/bfloat16 in those modes; "
-                 "*_act_int_wht (*_act_fp8e4m3fn_wht, *_act_fp4e2m1fn_wht) modes store the weights of linear layers as "
+        OPT_INFO("trigger_float_op: layers in a float mode are kept in float: computed in float64 (each top rounded to "
+                 "float32), their tops and constants (biases aside) rounded to and written as float16/bfloat16 in those "
+                 "modes; *_act_int_wht (*_act_fp8e4m3fn_wht, *_act_fp4e2m1fn_wht) modes store the weights of linear layers as "
                  "integers (fp8, fp4: weight-only quantization)")
     restricted = sorted({st.quantize_method_for_weight for st in settings.values() if st.weight_bits <= 4
                          and not st.quantize_method_for_weight.full_range})

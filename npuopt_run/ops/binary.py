@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 
+from ..floats import computing_float
 from ..intmath import absmax, check_range, exact_matmul, lut_lookup, requantize
 from .elementwise import eltwise_float, eltwise_int
 from .stage import rescale, shifted, stored_ints, top_bounds
@@ -24,12 +25,13 @@ def _operands(layer, xs, counts=(2,)):
 
 
 def _as_eltwise(method):
-    """Add/Sub/Mul are an Eltwise of `method` (float32 operands, as the tool chain)."""
+    """Add/Sub/Mul are an Eltwise of `method` (float32 operands, as the tool chain; float64
+    ones stay: floats.computing_float)."""
     def as_method(layer):
         return dataclasses.replace(layer, params={**layer.params, "method": method})
 
     def float_fn(layer, xs, infos):
-        return eltwise_float(as_method(layer), [x.astype(np.float32) for x in _operands(layer, xs)], infos)
+        return eltwise_float(as_method(layer), [computing_float(x) for x in _operands(layer, xs)], infos)
 
     def int_fn(layer, xs, infos):
         return eltwise_int(as_method(layer), _operands(layer, xs), infos)
@@ -38,7 +40,7 @@ def _as_eltwise(method):
 
 # ---- Div ------------------------------------------------------------------------------
 def div_float(layer, xs, infos):
-    a, b = (x.astype(np.float32) for x in _operands(layer, xs))
+    a, b = (computing_float(x) for x in _operands(layer, xs))
     with np.errstate(divide="ignore", invalid="ignore"):
         return [a / b]
 
@@ -66,7 +68,7 @@ def _three(layer, constant, param):
 
 
 def squared_difference_float(layer, xs, infos):
-    a, b = (x.astype(np.float32) for x in _operands(layer, xs))
+    a, b = (computing_float(x) for x in _operands(layer, xs))
     return [(a - b) * (a - b)]
 
 
@@ -101,10 +103,10 @@ def _sign(layer, key) -> int:
 
 
 def gemm_float(layer, xs, infos):
-    a, b = _gemm_operands(layer, [x.astype(np.float32) for x in xs])
+    a, b = _gemm_operands(layer, [computing_float(x) for x in xs])
     y = np.matmul(a, b) * np.float32(layer.param("alpha", 1.0))
     if len(xs) == 3:
-        y = y + xs[2].astype(np.float32) * np.float32(layer.param("beta", 1.0))
+        y = y + computing_float(xs[2]) * np.float32(layer.param("beta", 1.0))
     return [y.astype(np.float32)]
 
 

@@ -144,7 +144,7 @@ def conv_float(layer, xs, infos):
         out = grouped_conv(nd_windows(x, win, np.float32(0)), spatial_weights(weights, dims), win["group"], np.matmul)
     if layer.has_const("biases"):
         out = out + layer.const("biases").astype(np.float32)
-    return [fused_float(layer, out.astype(np.float32))]
+    return [fused_float(layer, out)]
 
 
 def fp8_weights(layer) -> np.ndarray:
@@ -211,7 +211,7 @@ def fc_float(layer, xs, infos):
     out = np.matmul(xs[0], weights.T)
     if layer.has_const("biases"):
         out = out + layer.const("biases").astype(np.float32)
-    return [fused_float(layer, out.astype(np.float32))]
+    return [fused_float(layer, out)]
 
 
 def fc_int(layer, xs, infos):
@@ -240,7 +240,7 @@ def matmul_operands(layer, xs):
 
 def matmul_float(layer, xs, infos):
     """A @ B, times the param fused_multiplier where the IR has one (float32)."""
-    z = np.matmul(*matmul_operands(layer, xs)).astype(np.float32)
+    z = np.matmul(*matmul_operands(layer, xs))
     return [z * np.float32(layer.param("fused_multiplier")) if "fused_multiplier" in layer.params else z]
 
 

@@ -20,7 +20,7 @@ def eltwise_method(layer, xs) -> str:
 
 def eltwise_float(layer, xs, infos):
     out = _FLOAT_ELTWISE[eltwise_method(layer, xs)](xs[0], xs[1])
-    return [fused_float(layer, out.astype(np.float32))]
+    return [fused_float(layer, out)]
 
 
 _INT_COMBINE = {"ADD": np.add, "SUB": np.subtract, "MAX": np.maximum, "MIN": np.minimum}
@@ -58,7 +58,7 @@ def batchnorm_float(layer, xs, infos):
     axis = batchnorm_axis(layer, x)
     w = layer.const("weights").astype(np.float32).ravel()
     b = layer.const("biases").astype(np.float32).ravel()
-    return [fused_float(layer, (x * along(w, axis, x.ndim) + along(b, axis, x.ndim)).astype(np.float32))]
+    return [fused_float(layer, (x * along(w, axis, x.ndim) + along(b, axis, x.ndim)))]
 
 
 def batchnorm_int(layer, xs, infos):

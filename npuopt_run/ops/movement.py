@@ -5,6 +5,7 @@ Cumulate. Integer forms move the integers unchanged (the tops share the data inp
 scale/zp) unless said otherwise."""
 import numpy as np
 
+from ..floats import computing_float
 from ..intmath import requantize
 from .stage import int_param, same_quantization, shifted, stored_ints, top_bounds
 
@@ -252,9 +253,9 @@ def _unrows(layer, y, axis):
 
 
 def cumulate(layer, xs, infos):
-    """Running sum/product in float32, one step at a time."""
-    rows, axis, method = _rows(layer, xs[0].astype(np.float32))
-    acc = np.zeros(rows.shape[:-1], np.float32) if method == "SUM" else np.ones(rows.shape[:-1], np.float32)
+    """Running sum/product in float32 (float64 in a float64 layer), one step at a time."""
+    rows, axis, method = _rows(layer, computing_float(xs[0]))
+    acc = (np.zeros if method == "SUM" else np.ones)(rows.shape[:-1], rows.dtype)
     cols = []
     for j in range(rows.shape[-1]):
         acc = acc + rows[..., j] if method == "SUM" else acc * rows[..., j]

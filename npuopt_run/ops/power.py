@@ -8,6 +8,7 @@ int16 with zero point 0; X = lut_exp[P + 32768]; out = X * sign(q_b + zp_b)^E
 the top's range."""
 import numpy as np
 
+from ..floats import computing_float
 from ..intmath import lut_lookup, requantize
 from .binary import _operands
 from .stage import rescale, shifted, top_bounds
@@ -16,7 +17,7 @@ INT16 = (-(1 << 15), (1 << 15) - 1)
 
 
 def pow_float(layer, xs, infos):
-    base, exponent = (x.astype(np.float32) for x in _operands(layer, xs))
+    base, exponent = (computing_float(x) for x in _operands(layer, xs))
     with np.errstate(all="ignore"):
         return [np.power(base, exponent)]
 
