@@ -11,6 +11,7 @@ Layouts (channels last; weights as the parser writes them):
 * ConvTranspose3D: weights [O/group, kh, kw, kd, C]
 A transposed layer computes torch's conv_transpose with zero padding, then crops
 pad_begin/pad_end off each spatial axis (output_padding extends the end first)."""
+import itertools
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -167,11 +168,35 @@ CONV_TRANSPOSE = {2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 def conv_float(x: torch.Tensor, weights: torch.Tensor, biases, w: Window, dims: int, pad_value=0.0) -> torch.Tensor:
     """Direct convolution of a channels-last x (explicit pads of `pad_value`)."""
+    if x.dtype == torch.float64 and w.group == x.shape[-1] > 1 and weights.shape[-1] == 1:
+        return _depthwise_taps(x, weights, biases, w, pad_value)
     xin = channels_first(x)
     if any(v for v in w.torch_pads):
         xin = F.pad(xin, w.torch_pads, value=pad_value)
     out = CONV[dims](xin, torch_weights(weights, dims, False).to(xin.dtype), biases, w.stride, 0, w.dilation, w.group)
     return channels_last(out)
+
+
+def _depthwise_taps(x: torch.Tensor, weights: torch.Tensor, biases, w: Window, pad_value) -> torch.Tensor:
+    """A depthwise convolution in float64 as a sum over the kernel's taps of the shifted
+    input times that tap's weights, channels last: torch's float64 convolution has no
+    depthwise kernel of its own and took 5 times as long (EfficientNet-Lite0's float64
+    layers: 10 of 16 s a batch of 50). Exact sums stay exact; float sums round in another
+    order only (both within float64 steps)."""
+    c, o = x.shape[-1], weights.shape[0]
+    if o != c:  # a channel multiplier: output channel j reads input channel j // (o / c)
+        x = x.repeat_interleave(o // c, dim=-1)
+    pads = [v for begin_end in reversed(w.pads + ((0, 0),)) for v in begin_end]  # channels first
+    x = F.pad(x, pads, value=pad_value) if any(pads) else x
+    taps = weights.to(x.dtype).reshape(o, -1).t()          # [taps, o], in the kernel's order
+    spans = [(size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(x.shape[1:-1], w.kernel, w.stride, w.dilation)]
+    out = torch.zeros((x.shape[0], *spans, o), dtype=x.dtype, device=x.device)
+    windows = [tuple(slice(b, b + (n - 1) * s + 1, s) for b, n, s in zip(offsets, spans, w.stride))
+               for offsets in itertools.product(*(range(0, d * k, d) for k, d in zip(w.kernel, w.dilation)))]
+    for sample in range(x.shape[0]):  # one sample's output at a time stays in the cache over the taps
+        for t, window in enumerate(windows):
+            out[sample].addcmul_(x[sample][window], taps[t])
+    return out + biases.to(x.dtype) if biases is not None else out
 
 
 def conv_transpose_float(x: torch.Tensor, weights: torch.Tensor, biases, w: Window, dims: int) -> torch.Tensor:
