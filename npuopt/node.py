@@ -39,7 +39,7 @@ def float_layers_in_float64(on: bool):
     """Whether the layers kept in float compute in float64 (a quantized or float16 graph's:
     Graph.forward): their tops, rounded to float32 and then to their type, then do not
     depend on the order of float sums, and npuopt-run computes them bit for bit
-    (docs/integer-semantics.md, "Layers kept in float")."""
+    (docs/integer-semantics.md, "Float layers")."""
     was, _IN_FLOAT64[0] = _IN_FLOAT64[0], on
     try:
         yield

@@ -4,8 +4,9 @@ Integer tensors are held as int64 NumPy arrays, float tensors as float32.
 A layer kept in float computes in float64 (its float inputs and constants exact
 there) and its tops are rounded to float32 and then to their type, as npuopt's
 forward does: so both give the same values whatever order each sums in
-(Quantize and DeQuantize keep their float32 arithmetic). Values cross between float and integer layers only through Quantize and
-DeQuantize layers (docs/integer-semantics.md).
+(Quantize and DeQuantize keep their float32 arithmetic). Values cross between float
+and integer layers only through Quantize and DeQuantize layers, but for integers that
+are their own values (indices, counts: TensorInfo.unscaled; docs/integer-semantics.md).
 """
 import math
 from dataclasses import dataclass

@@ -90,7 +90,8 @@ def with_quantized_tail(txt):
 
 @needs_shared
 def test_float_layers_run_like_npuopt(tmp_path):
-    """Layers kept in float run in float32 and match npuopt's float forward."""
+    """Layers kept in float (float64 in the mixed IR) match npuopt's float forward of the
+    float IR (float32) to float32 rounding."""
     import npuopt.ops  # noqa: F401  (registers the forwards)
     from npuopt.ir import read_graph
 
