@@ -5,9 +5,11 @@ data_file: a labels file (.tsv or .csv: tab-separated when the header has a tab,
 else comma-separated) whose header names a `file` column (image path, relative
 to the labels file's folder) and optionally `label` (integer class index >= 0)
 and `split` (e.g. calib, val). `labels.tsv:val` selects the rows of split `val`
-of labels.tsv, overriding `image_split`, and `labels.tsv:calib:100` the first
-100 of them, overriding `image_limit`, so calibration_data and data can name
-two parts of one file.
+of labels.tsv, overriding `image_split`, `labels.tsv:calib:100` the first
+100 of them, overriding `image_limit`, and `labels.tsv:calib:100-` the rest
+(`100-300`: rows 100 to 299 of the split, counted from 0), so calibration_data
+and data can name parts of one file that do not overlap: calibrate on
+`calib:100`, measure a change on `calib:100-`, and keep `val` for the figures.
 
 label_file (optional) replaces the `label` column: an .npy with one label per
 selected row (in order; e.g. the float model's outputs, for CosDistanceMetric),
@@ -109,8 +111,9 @@ def _settings() -> dict:
 # ---- labels files ----
 def _split_selector(data_file):
     """'labels.tsv:val' -> ('labels.tsv', 'val', None); 'labels.tsv:calib:100' ->
-    ('labels.tsv', 'calib', 100): calibration_data and data share the image_*
-    fields, so each file can pick its own split and row count."""
+    ('labels.tsv', 'calib', (0, 100)); 'labels.tsv:calib:100-' -> (..., (100, None)):
+    calibration_data and data share the image_* fields, so each file can pick its
+    own split and rows."""
     path = str(data_file)
     if os.path.exists(path) or ":" not in path:
         return path, None, None
@@ -121,9 +124,18 @@ def _split_selector(data_file):
     split, _, limit = selector.partition(":")
     if not os.path.isfile(base) or "/" in selector or "\\" in selector or not split:
         return path, None, None
-    if limit and not (limit.isdigit() and int(limit) > 0):
-        raise DatasetError(f"{WHO}: '{path}': the row count after the split must be a positive integer, got '{limit}'")
-    return base, split, int(limit) if limit else None
+    return base, split, _rows_of(path, limit) if limit else None
+
+
+def _rows_of(path: str, text: str) -> tuple:
+    """The rows 'N' (the first N), 'A-' (from row A on) or 'A-B' (rows A to B - 1) name."""
+    start, dash, stop = text.partition("-")
+    if not dash:
+        start, stop = "0", start
+    if not (start.isdigit() and (stop.isdigit() or not stop)) or (stop and int(stop) <= int(start)):
+        raise DatasetError(f"{WHO}: '{path}': the rows after the split must be a count N > 0 or a range A- or A-B "
+                           f"(0 <= A < B), got '{text}'")
+    return int(start), int(stop) if stop else None
 
 
 def read_table(path, what="labels file"):
@@ -189,9 +201,9 @@ def _labels_from_table(label_file, rows, data_file):
 class ImageFolderDataset(Dataset):
     def __init__(self, data_file, label_file=None):
         s = _settings()
-        data_file, split, limit = _split_selector(data_file)
+        data_file, split, chosen = _split_selector(data_file)
         split = split if split is not None else s["image_split"]
-        limit = limit if limit is not None else s["image_limit"]
+        start, stop = chosen if chosen is not None else (0, s["image_limit"] or None)
         if os.path.isdir(data_file):
             raise DatasetError(f"{WHO}: '{data_file}' is a folder; give a labels file (.tsv/.csv with a 'file' "
                                f"column) that lists the images")
@@ -204,10 +216,9 @@ class ImageFolderDataset(Dataset):
             if not rows:
                 raise DatasetError(f"{WHO}: no rows of split '{split}' in '{data_file}' (splits there: "
                                    f"{', '.join(present) or 'none'})")
-        if limit:
-            rows = rows[:limit]
+        rows = rows[start:stop]
         if not rows:
-            raise DatasetError(f"{WHO}: '{data_file}' lists no images")
+            raise DatasetError(f"{WHO}: '{data_file}' lists no images" + (f" from row {start} on" if start else ""))
         folder = os.path.dirname(os.path.abspath(data_file))
         self.data_file = data_file
         self.files = [(os.path.normpath(os.path.join(folder, r["file"])), line) for line, r in rows]

@@ -197,8 +197,22 @@ def test_image_folder_split_and_count_suffix(images, use_cfg):
     ds = dataset("ImageFolderDataset")(str(images / "labels.tsv:val:1"))  # the count beats image_limit
     assert len(ds) == 1 and ds[0][1] == 4
     assert len(dataset("ImageFolderDataset")(str(images / "labels.tsv:calib:5"))) == 2
-    with pytest.raises(DatasetError, match="row count after the split must be a positive integer, got 'x'"):
-        dataset("ImageFolderDataset")(str(images / "labels.tsv:val:x"))
+    for wrong in ("x", "0", "2-1", "-3", "1-x"):
+        with pytest.raises(DatasetError, match=f"rows after the split must be a count N > 0 or a range A- or A-B "
+                                               f"\\(0 <= A < B\\), got '{wrong}'"):
+            dataset("ImageFolderDataset")(str(images / f"labels.tsv:val:{wrong}"))
+
+
+def test_image_folder_row_range_suffix(images, use_cfg):
+    """calib:1- is what calib:1 leaves: a held-out part of the same split."""
+    use_cfg(image_limit="1")  # a range beats image_limit too
+    first = dataset("ImageFolderDataset")(str(images / "labels.tsv:calib:1"))
+    rest = dataset("ImageFolderDataset")(str(images / "labels.tsv:calib:1-"))
+    both = dataset("ImageFolderDataset")(str(images / "labels.tsv:calib:0-2"))
+    assert [first[0][1]] + [rest[i][1] for i in range(len(rest))] == [both[i][1] for i in range(len(both))]
+    assert len(first) == 1 and len(rest) == 1
+    with pytest.raises(DatasetError, match="lists no images from row 2 on"):
+        dataset("ImageFolderDataset")(str(images / "labels.tsv:calib:2-"))
 
 
 def test_image_folder_resize_and_crop(tmp_path, use_cfg):
