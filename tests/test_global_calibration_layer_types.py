@@ -3,8 +3,9 @@ the weights of every weighted layer type, not only the 2-D direct convolutions a
 FullyConnected: Convolution3D, ConvTranspose and ConvTranspose3D, integer or
 weight-only (per block too), which fine-tuning learns as well, and a weight-only
 MatMul's constant operand. The convolutions' input patches reproduce each layer's
-output; a grouped transposed layer, whose weight rows serve every group, keeps the
-nearest rounding."""
+output; a grouped transposed layer, whose weight rows serve every group, is rounded
+group by group where it is weight-only, and keeps the nearest rounding where it is
+quantized to integers (from its rows repeated per group)."""
 import numpy as np
 import pytest
 import torch
@@ -124,7 +125,7 @@ def error_of(master, path) -> float:
     return output_mse(master, path / "model.txt", torch.from_numpy(np.load(path / "data.npy")))[0]
 
 
-ROUNDED = {"up1", "conv", "fc", "conv3d", "up3d"}  # up2 is a grouped ConvTranspose: nearest
+ROUNDED = {"up1", "conv", "fc", "conv3d", "up3d"}  # up2, a grouped ConvTranspose, too where weight-only
 
 
 @pytest.mark.parametrize("method", ["adaround[0,200]", "gptq_zy", "adaquant_zy[0,200]"])
@@ -142,19 +143,47 @@ def test_a_method_rounds_every_convolution_type(model, method):
     assert error < 0.8 * nearest, (method, error, nearest)
 
 
-def test_weight_only_transposed_layers_are_rounded_per_block(model):
-    """Weight-only 4-bit blocks of 4 (a last, shorter block where the row does not divide):
-    GPTQ plans the transposed and 3-D layers' integers and lowers the error."""
-    fields = dict(trigger_float_op="float16_act_int_wht", quantize_method_for_weight="per_block_asymmetric",
-                  weight_block_size="5")
+WEIGHT_ONLY_ROUNDED = ROUNDED | {"up2"}
+
+
+@pytest.mark.parametrize("method", ["gptq_zy", "adaround[0,200]", "adaquant_zy[0,200]"])
+@pytest.mark.parametrize("grid", ["per_block_asymmetric", "per_channel_asymmetric", "per_tensor_asymmetric"])
+def test_weight_only_layers_are_rounded_on_their_grids(model, grid, method):
+    """Weight-only 4-bit weights (blocks of 5: a last, shorter block where a row does not
+    divide): each method plans every layer's integers, the grouped transposed one's too,
+    and lowers the error."""
+    fields = dict(trigger_float_op="float16_act_int_wht", quantize_method_for_weight=grid, weight_block_size="5")
     nearest = error_of(run(model, "none", **fields), model)
-    master = run(model, "gptq_zy", **fields)
+    master = run(model, method, **fields)
     planned = {n.name for n in master.graph.nodes if "planned_integers" in n.attrs}
-    assert planned == ROUNDED & {n.name for n in master.graph.nodes}
+    assert planned == WEIGHT_ONLY_ROUNDED & {n.name for n in master.graph.nodes}
     for name in planned - {"fc"}:
         c = master.qgraph.node(name).get_constant("weights")
-        assert c.block_size == 5 and c.qbits == 4
-    assert error_of(master, model) < 0.8 * nearest
+        assert (c.block_size == 5) == (grid == "per_block_asymmetric") and c.qbits == 4
+        assert c.qmin <= int(c.betensor.min()) and int(c.betensor.max()) <= c.qmax
+    assert error_of(master, model) < 0.8 * nearest, (error_of(master, model), nearest)
+
+
+def test_a_grouped_transposed_layer_alone_is_rounded_better_than_nearest(tmp_path):
+    """The grouped ConvTranspose of the 2-D decoder on its own, weight-only: its integers
+    (planned group by group, as its stored rows) are what the IR holds, and its output
+    error is below nearest rounding's."""
+    gen = torch.Generator().manual_seed(3)
+    b = GraphBuilder("up")
+    b.input("x", [1, 4, 4, 8])
+    _layer(b, "ConvTranspose", "up2", ["x"], dict(kernel_x=3, kernel_y=3, stride_x=2, stride_y=2, pad_right=1,
+                                                  pad_bottom=1, group=2, num_output=4), (2, 3, 3, 8), gen)
+    write_graph(b.build(["up2"]), str(tmp_path / "model.txt"))
+    x = torch.randn(48, 4, 4, 8, generator=gen) @ (torch.randn(8, 8, generator=gen) + 2 * torch.eye(8))
+    np.save(tmp_path / "data.npy", x.numpy())
+    fields = dict(trigger_float_op="float16_act_int_wht", quantize_method_for_weight="per_block_asymmetric",
+                  weight_block_size="5")
+    nearest = error_of(run(tmp_path, "none", **fields), tmp_path)
+    master = run(tmp_path, "gptq_zy", **fields)
+    planned = master.graph.node("up2").attrs["planned_integers"]["weights"][1]
+    written = read_graph(str(tmp_path / "out_gptq_zy_float16_act_int_wht_per_block_asymmetric_5" / "m_o.txt"))
+    assert torch.equal(written.node("up2").get_constant("weights").betensor.to(torch.int32), planned.to(torch.int32))
+    assert error_of(master, tmp_path) < 0.8 * nearest, (error_of(master, tmp_path), nearest)
 
 
 def test_fine_tuning_learns_every_convolution_type_as_the_ir_computes_it(model):

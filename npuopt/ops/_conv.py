@@ -73,8 +73,8 @@ def patches(node, x: torch.Tensor, rows: torch.Tensor, real, dims: int, transpos
     order (registry.patches_register). A transposed layer's tap k of output position o
     reads input (o + pad_begin - k * dilation) / stride where that is a whole position
     inside the input, else a real 0. Group g's patches read its input channels, direct or
-    transposed (a grouped transposed layer's weight rows serve every group, so its
-    weights are no stack of group matrices: _layers.has_tuned_weights leaves it out)."""
+    transposed (a grouped transposed layer's weight rows serve every group: group g's
+    matrix is the columns of its input channels, _layers.as_matrices)."""
     w = window(node, dims, transposed)
     sizes = tuple(int(n) for n in x.shape[1:-1])
     if transposed:

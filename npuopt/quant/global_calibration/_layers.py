@@ -144,8 +144,7 @@ class Problem:
     def of(cls, node, xf, xq, qt, free_bias: bool, damp: float, units: Units) -> "Problem":
         c = node.get_constant("weights")
         groups = node.get_param("group", 1)
-        w = c.betensor.detach().to(torch.float32)
-        w = w.reshape(groups, w.shape[0] // groups, -1)
+        w = as_matrices(node, c.betensor.detach().to(torch.float32))
         biases = node.constants["biases"].betensor.detach().to(torch.float32).reshape(groups, -1) \
             if "biases" in node.constants else torch.zeros(w.shape[:2], device=w.device)
         (h, x), mean_q, cross, mean_out = grams(node, xf, xq, qt, w, units)
@@ -157,9 +156,9 @@ class Problem:
         cw = cross - mean_out.unsqueeze(2) * mean_q.unsqueeze(1) if free_bias else cross
         diag = _power(h, low_rank).mean(dim=1)
         lam = damp * torch.where(diag > 0, diag, torch.ones_like(diag))
-        grid = QT.weight_grid(node, "weights", axis=0, groups=groups)
+        grid = QT.weight_grid(node, "weights", axis=0, groups=_grid_groups(node))
         return cls(node, w, h, low_rank, cw.to(torch.float32), lam.reshape(-1, 1, 1),
-                   _grouped(grid, grid.scale, w), _grouped(grid, grid.zp, w), grid,
+                   _grouped(node, grid, grid.scale, w), _grouped(node, grid, grid.zp, w), grid,
                    mean_q.to(torch.float32) if free_bias else None,
                    (mean_out + biases).to(torch.float32) if free_bias else None)
 
@@ -192,15 +191,17 @@ class Problem:
         rounding gives the least output error: per channel for per-channel weights, per
         group where per-tensor settings give each group its grid, else for the whole
         tensor; planned (tensors.plan_weight_range) and used by this problem's grid."""
-        node, groups = self.node, self.node.get_param("group", 1)
+        node, groups = self.node, _grid_groups(self.node)
         lo, hi = QT.weight_range(node, "weights", 0, groups)
         errors = []
         for r in CLIP_RATIOS.tolist():
             grid = QT.weight_grid(node, "weights", 0, groups, (lo * r, hi * r))
-            scale, zp = _grouped(grid, grid.scale, self.weights), _grouped(grid, grid.zp, self.weights)
+            scale, zp = _grouped(node, grid, grid.scale, self.weights), _grouped(node, grid, grid.zp, self.weights)
             w = (self.to_grid(self.weights * scale - zp) + zp) / scale
             errors.append(self.row_errors(w))
         errors = torch.stack(errors, dim=-1)            # [groups, rows, ratios]
+        if _rows_serve_every_group(node):               # a row's range serves each group's matrix
+            errors = errors.sum(dim=0, keepdim=True)
         method = settings_of(node).quantize_method_for_weight
         if not isinstance(lo, torch.Tensor):
             best = CLIP_RATIOS[int(errors.sum(dim=(0, 1)).argmin())]
@@ -211,7 +212,7 @@ class Problem:
             best = CLIP_RATIOS[errors.sum(dim=1).argmin(dim=-1).cpu()].repeat_interleave(errors.shape[1])
         QT.plan_weight_range(node, "weights", lo * best, hi * best)
         self.grid = QT.weight_grid(node, "weights", 0, groups)
-        self.scale, self.zp = (_grouped(self.grid, v, self.weights) for v in (self.grid.scale, self.grid.zp))
+        self.scale, self.zp = (_grouped(node, self.grid, v, self.weights) for v in (self.grid.scale, self.grid.zp))
 
     def row_errors(self, w: torch.Tensor) -> torch.Tensor:
         """The output error of weights w per row [groups, rows] (+ a constant per row)."""
@@ -244,7 +245,7 @@ class Problem:
         """Use integers q [groups, rows, K] for the layer's weights and, when given, these
         float biases (planned: the float model keeps its own; without, the float ones)."""
         c = self.node.get_constant("weights")
-        QT.plan_weight_integers(self.node, "weights", q.detach().reshape(c.betensor.shape))
+        QT.plan_weight_integers(self.node, "weights", from_matrices(self.node, q.detach(), c.betensor.shape))
         b = self.node.constants.get("biases")
         plan_biases(self.node, None if biases is None or b is None else biases.reshape(b.betensor.shape))
 
@@ -253,25 +254,64 @@ def _power(h: Optional[torch.Tensor], low_rank: Optional[torch.Tensor]) -> torch
     return h.diagonal(dim1=1, dim2=2) if h is not None else low_rank.pow(2).sum(2)
 
 
-def _grouped(grid, v, w: torch.Tensor):
+def _grouped(node, grid, v, w: torch.Tensor):
     """A grid number, or its tensor beside weights w [groups, rows, K]: [groups, rows, 1]
-    per channel, [groups, rows, K] per block (a value per weight)."""
+    per channel (a transposed layer's row serving every group), [groups, rows, K] per
+    block (a value per weight)."""
     if not isinstance(v, torch.Tensor):
         return float(v)
     if grid.block:
-        return grid.along(v).to(w.device).reshape(w.shape)
-    return v.to(w.device).reshape(w.shape[0], w.shape[1], 1)
+        return as_matrices(node, grid.along(v).to(w.device).reshape(grid.shape))
+    return v.to(w.device).reshape(-1, w.shape[1], 1).expand(w.shape[0], w.shape[1], 1).contiguous()
+
+
+# ---- a layer's weights as one matrix per group -----------------------------------------
+def _rows_serve_every_group(node) -> bool:
+    """A grouped transposed convolution: its weights [O/group, *k, C] give group g the
+    columns of its input channels in every row (ops/_conv.py), not rows of its own."""
+    return node.type in TRANSPOSED_TYPES and node.get_param("group", 1) > 1
+
+
+def _grid_groups(node) -> int:
+    """The groups tensors.weight_grid makes a layer's grid over: a grouped transposed
+    layer's weight-only grid is over its stored rows (quantize_weights_only), as one."""
+    return 1 if _rows_serve_every_group(node) else node.get_param("group", 1)
+
+
+def as_matrices(node, t: torch.Tensor) -> torch.Tensor:
+    """Weights (or a value per weight) as the layer stores them, as its groups' matrices
+    [groups, rows, K], K in the order of the patches (_grams.patches)."""
+    groups = node.get_param("group", 1)
+    if _rows_serve_every_group(node):
+        return t.reshape(t.shape[0], -1, groups, t.shape[-1] // groups).permute(2, 0, 1, 3) \
+            .reshape(groups, t.shape[0], -1)
+    return t.reshape(groups, t.shape[0] // groups, -1)
+
+
+def from_matrices(node, m: torch.Tensor, shape) -> torch.Tensor:
+    """as_matrices undone: [groups, rows, K] in the layer's weights' `shape`."""
+    if _rows_serve_every_group(node):
+        groups, rows = m.shape[0], m.shape[1]
+        return m.reshape(groups, rows, -1, shape[-1] // groups).permute(1, 2, 0, 3).reshape(shape)
+    return m.reshape(shape)
 
 
 # ---- the layers in order ------------------------------------------------------------
 def has_tuned_weights(node) -> bool:
-    """A layer of TUNED_TYPES with weights: the layers whose weights the methods choose.
-    Not a grouped transposed convolution: its weight rows serve every group (each group
-    reads its own input channels of every row, ops/_conv.py), so its weights are no
-    stack of one matrix per group, as Problem and the grids take them; it keeps the
-    nearest rounding."""
-    return node.type in TUNED_TYPES and "weights" in node.constants \
-        and not (node.type in TRANSPOSED_TYPES and node.get_param("group", 1) > 1)
+    """A layer of TUNED_TYPES with weights: the layers whose weights the methods choose
+    (and fine-tuning learns). Not a grouped transposed convolution: it is quantized from
+    its weight rows repeated per group (ops/_conv.quantize_transposed), which a plan of
+    its stored rows does not follow; it keeps the nearest rounding, but where it is kept
+    in float with weight-only settings (`rounds_weights`)."""
+    return node.type in TUNED_TYPES and "weights" in node.constants and not _rows_serve_every_group(node)
+
+
+def rounds_weights(node) -> bool:
+    """The layers whose weights the rounding methods choose: has_tuned_weights, and a
+    grouped transposed layer with weight-only settings, whose integers are its stored
+    rows' (quantize_weights_only), taken group by group (as_matrices)."""
+    return has_tuned_weights(node) or (_rows_serve_every_group(node) and "weights" in node.constants
+                                       and settings_of(node).weight_only)
 
 
 def rounded_layers(ctx, minifloat: bool = False) -> list:
@@ -286,7 +326,7 @@ def _rounded_views(ctx, minifloat: bool) -> list:
     """rounded_layers as _operands views: the layer that holds the weights, the one that reads them."""
     held = _operands.operands(ctx.graph)
     order = {n.name: i for i, n in enumerate(ctx.graph.nodes)}
-    views = [held.get(n.name) or _operands.Direct(n) for n in ctx.graph.nodes if has_tuned_weights(n) or n.name in held]
+    views = [held.get(n.name) or _operands.Direct(n) for n in ctx.graph.nodes if rounds_weights(n) or n.name in held]
     return [v for v in sorted(views, key=lambda v: order[v.reader.name])
             if settings_of(v.reader).weights_quantized and ctx.in_scope(v.reader)
             and (minifloat or settings_of(v.reader).weights_format == "int")]
