@@ -121,10 +121,10 @@ def _split_selector(data_file):
     while not os.path.isfile(base) and ":" in selector:
         head, _, selector = selector.partition(":")
         base = f"{base}:{head}"
-    split, _, limit = selector.partition(":")
+    split, _, rows = selector.partition(":")
     if not os.path.isfile(base) or "/" in selector or "\\" in selector or not split:
         return path, None, None
-    return base, split, _rows_of(path, limit) if limit else None
+    return base, split, _rows_of(path, rows) if rows else None
 
 
 def _rows_of(path: str, text: str) -> tuple:

@@ -310,8 +310,8 @@ def rounds_weights(node) -> bool:
     """The layers whose weights the rounding methods choose: has_tuned_weights, and a
     grouped transposed layer with weight-only settings, whose integers are its stored
     rows' (quantize_weights_only), taken group by group (as_matrices)."""
-    return has_tuned_weights(node) or (_rows_serve_every_group(node) and "weights" in node.constants
-                                       and settings_of(node).weight_only)
+    return node.type in TUNED_TYPES and "weights" in node.constants \
+        and (not _rows_serve_every_group(node) or settings_of(node).weight_only)
 
 
 def rounded_layers(ctx, minifloat: bool = False) -> list:
