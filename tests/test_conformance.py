@@ -25,6 +25,7 @@ each test computes npuopt's forward while OPT works, then waits for OPT's result
 """
 import csv
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -83,6 +84,8 @@ ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected", "float16_conv": "lay
 # another order) pass through the integer layers after them and grow to a few LSBs
 OP_TESTS_ONLY = ("float16_conv",)
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
+OPT_WHERE_LIMITATION = ("OPT limitation: its float Where of two integer tensors (ArgMinMax indices) reads "
+                        "the quantized layer's scale_value, which a float IR has not")
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
 
@@ -309,6 +312,8 @@ def applies(setting: str, ir: Path) -> bool:
     return setting not in ONLY_WITH or (ir.is_file() and re.search(ONLY_WITH[setting], ir.read_text()) is not None)
 
 
+# op tests whose float IR OPT's float forward runs too (OPT cannot run the negative pads of `pad`)
+FLOAT_OP_CASES = [c for c in OP_CASES if c not in ("pad", "pad_nonnegative")]
 OP_PARAMS = [pytest.param(c, s, id=f"{c}-{s}") for c in OP_CASES for s in SETTINGS
              if applies(s, OP_TESTS / c / f"{c}.txt")]
 
@@ -342,6 +347,45 @@ def test_op_case(case, setting, op_runs, record_property):
     if case == "pad" and run.opt is not None and any("negative values" in e for e in run.opt.result().errors):
         pytest.xfail(OPT_PAD_LIMITATION)
     check_conformance(run, record_property)
+
+
+# ---- float forwards of the op tests' IRs ------------------------------------------------
+@pytest.fixture(scope="module")
+def op_float_runs(request, oracle, tmp_path_factory) -> Dict[str, Run]:
+    """Every selected op test's float IR (copied, so that OPT's arrays go beside the copy),
+    OPT's float forward started on all of them."""
+    root = tmp_path_factory.mktemp("op_float_conformance")
+    runs = {}
+    for (case,) in selected(request, "test_op_float", "case"):
+        folder, copy = OP_TESTS / case, root / case
+        copy.mkdir()
+        for suffix in (".txt", ".bin"):
+            shutil.copyfile(folder / f"{case}{suffix}", copy / f"{case}{suffix}")
+        inputs = sorted(folder.glob("in*.npy"), key=lambda p: int(p.stem[2:]))
+        runs[case] = Run(f"{case} [float]", inputs, copy / f"{case}.txt")
+    start_opt(oracle, list(runs.values()))
+    return runs
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("case", FLOAT_OP_CASES)
+def test_op_float(case, op_float_runs, record_property):
+    """npuopt's float forward of the op test's float IR equals OPT's: integer outputs
+    (indices, counts) exactly, float ones within float32 rounding."""
+    run = op_float_runs[case]
+    graph, outputs = npuopt_forward(run.txt, run.inputs)
+    opt = run.opt.result()
+    problems = list(opt.errors)
+    if case.startswith("where") and any("KeyError('scale_value')" in e and "where_int" in e for e in problems):
+        pytest.xfail(OPT_WHERE_LIMITATION)
+    if opt.npz.is_file():
+        share, output_problems = compare_outputs([t.name for t in graph.output_tensors], outputs, opt.outputs,
+                                                 exact=True)
+        record_property("identical_share", share)
+        problems += output_problems
+        if output_problems:
+            problems.append(first_difference(graph, opt))
+    assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
 
 
 # ---- models written by the tool chain's parser ----------------------------------------------
