@@ -184,7 +184,7 @@ def _print_fields() -> None:
 
 def _print_plugins() -> None:
     from .plugins import load_plugins, plugin_dirs
-    from .registry import OP_FORWARDS, OP_QUANTIZERS, PLUGINS, PluginType, failures
+    from .registry import BOUNDARY_TYPES, OP_FORWARDS, OP_QUANTIZERS, PLUGINS, PluginType, failures
 
     load_plugins()
     click.echo("plugin folders: " + ", ".join(plugin_dirs()))
@@ -195,6 +195,10 @@ def _print_plugins() -> None:
         for reg in registry.all():
             active = "" if registry.best(reg.key) is reg else "  (overridden)"
             click.echo(f"{kind:<12} {reg.key:<24} {reg.version:<8} {_short(reg.source)}{active}")
+    for optype in OP_FORWARDS.keys():
+        if OP_QUANTIZERS.get(optype) is None and optype not in BOUNDARY_TYPES:
+            click.echo(f"{'op float':<12} {optype:<24} {'':<8} kept in float (no quantize function): "
+                       f"Quantize/DeQuantize layers around it in a quantized IR")
     for failure in failures:
         click.echo(f"{'failed':<12} {_short(failure.path)}: {failure.error}")
 

@@ -65,6 +65,17 @@ PLUGIN_FILES = {
             self.outputs[0].betensor = out
             return out
         ''',
+    "user_float_op.py": '''
+        from npuopt.framework import *
+
+        register_optype("UserFloatOnly")
+
+        @op_register(OpType.UserFloatOnly, "1.0")
+        def user_float_only(self, *args):
+            """A forward without a quantize function: kept in float in a quantized IR."""
+            self.outputs[0].betensor = self.inputs[0].betensor
+            return self.outputs[0].betensor
+        ''',
     "broken_syntax.py": '''
         from npuopt.framework import *
 
@@ -132,6 +143,10 @@ def test_plugin_lists_user_plugins_with_version_source_and_override(runs):
     assert found[("metric", "CwdMetric")] == [("1.0", "plugin/cwd_metric.py", False)]  # ./plugin/
     assert found[("metric", "TopKMetric")][0][1].endswith("aipubt_opt_metric_topk.py")  # built-ins still there
     assert ("op forward", "Convolution") in found
+    # a type with a forward and no quantize function is listed as kept in float
+    float_lines = [line for line in result.stdout.splitlines() if line.startswith("op float")]
+    assert [line.split()[2] for line in float_lines] == ["UserFloatOnly"], float_lines
+    assert "kept in float (no quantize function)" in float_lines[0]
     folders = next(line for line in result.stdout.splitlines() if line.startswith("plugin folders: "))
     assert str(runs["user_dir"]) in folders and str(runs["root"] / "plugin") in folders
 
