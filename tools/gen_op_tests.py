@@ -20,13 +20,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # op_cases/, also when imported by the tests
 
 import op_cases  # noqa: E402
-from op_cases.common import Case, uniform_inputs  # noqa: E402
+from op_cases.common import Case, write_case_data  # noqa: E402
 
 from npuopt.ir import write_graph  # noqa: E402
 from npuopt.ir.builder import GraphBuilder  # noqa: E402
-
-CALIB_SAMPLES = 8
-RUN_SAMPLES = 4
 
 
 def all_cases() -> List[Case]:
@@ -45,36 +42,6 @@ def all_cases() -> List[Case]:
 CASES = all_cases()
 
 
-CFG = """\
-# Op test {name}: {doc}.
-# Written by tools/gen_op_tests.py; run ./run.sh (or op_tests/run.sh for all).
-[Common]
-graph = {name}.txt
-bin = {name}.bin
-model_name = {name}
-out_ir_name = {name}
-output_dir = work
-dataset = {dataset}
-calibration_data = calib.{ext}
-calibration_batch_size = {calib}
-quantize_method_for_weight = per_tensor_symmetric_restricted_range
-quantize_method_for_activation = per_tensor_symmetric_full_range
-weight_bits = 8
-activation_bits = 8
-calibration_strategy_for_weight = extrema
-calibration_strategy_for_activation = extrema
-trigger_float_op = disable
-device = cpu
-"""
-
-RUN_SH = """\
-#!/bin/sh
-# Op test {name}: quantize with npuopt, run npuopt-run on the quantized IR, and
-# compare every tensor with npuopt's quantized forward (op_tests/run_one.sh).
-exec sh "$(dirname "$0")/../run_one.sh" "$(dirname "$0")"
-"""
-
-
 def write_case(case: Case, root: str) -> None:
     """Write one case's folder from a seed of its own, so cases do not shift each other."""
     rng = np.random.default_rng(sum(map(ord, case.name)))
@@ -86,35 +53,7 @@ def write_case(case: Case, root: str) -> None:
     names = [b.input(f"in{i}", (1,) + shape) for i, shape in enumerate(case.inputs)]
     outputs = case.build(b, rng, names)
     write_graph(b.build(outputs), os.path.join(folder, case.name + ".txt"))
-    data = case.data or uniform_inputs
-    calib = data(rng, case.inputs, CALIB_SAMPLES, case.calib_range, False)
-    run = data(rng, case.inputs, RUN_SAMPLES, case.run_range, True)
-    if len(case.inputs) == 1:
-        np.save(os.path.join(folder, "calib.npy"), calib[0])
-        dataset, ext = "NumpyDataset", "npy"
-    else:
-        np.savez(os.path.join(folder, "calib.npz"), *calib)
-        dataset, ext = "NumpyMultiInputDataset", "npz"
-    for i, x in enumerate(run):
-        np.save(os.path.join(folder, f"in{i}.npy"), x)
-    cfg = CFG.format(name=case.name, doc=case.doc, dataset=dataset, ext=ext, calib=CALIB_SAMPLES)
-    for key, value in case.cfg.items():
-        cfg = _set_field(cfg, key, value)
-    with open(os.path.join(folder, "opt.cfg"), "w") as f:
-        f.write(cfg)
-    script = os.path.join(folder, "run.sh")
-    with open(script, "w") as f:
-        f.write(RUN_SH.format(name=case.name))
-    os.chmod(script, 0o755)
-
-
-def _set_field(cfg: str, key: str, value: str) -> str:
-    lines = cfg.splitlines()
-    for i, line in enumerate(lines):
-        if line.split("=")[0].strip() == key:
-            lines[i] = f"{key} = {value}"
-            return "\n".join(lines) + "\n"
-    return cfg + f"{key} = {value}\n"
+    write_case_data(folder, case, rng)
 
 
 def main(argv: List[str]) -> None:

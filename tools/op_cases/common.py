@@ -1,6 +1,10 @@
-"""What op test cases are made of: the Case record and small builders of the layers
-most cases use. Every other module of this folder holds cases of one op family in a
-list CASES; tools/gen_op_tests.py writes them all (one folder per case)."""
+"""What op test cases are made of: the Case record, small builders of the layers
+most cases use, and the files of a case's folder besides its IR (data, opt.cfg, run.sh).
+Every other module of this folder holds cases of one op family in a list CASES;
+tools/gen_op_tests.py writes them all (one folder per case). Imports neither npuopt
+nor anything but NumPy and torch, so that tools/parser_op_tests.py can run it beside
+the tool chain's parser."""
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Tuple
 
@@ -18,6 +22,7 @@ class Case:
     calib_range: Tuple[float, float] = (-1.0, 1.0)
     run_range: Tuple[float, float] = (-1.0, 1.0)
     data: Callable = None                    # data(rng, shapes, n, value_range, run) -> arrays; default uniform
+    parser: Dict[str, str] = field(default_factory=dict)  # parser cases: more [Common] fields of parser.cfg
 
 
 # ---- layer helpers -------------------------------------------------------------
@@ -65,3 +70,73 @@ def uniform(rng, lo_hi, shape):
 
 def uniform_inputs(rng, shapes, n, value_range, run):
     return [uniform(rng, value_range, (n,) + s) for s in shapes]
+
+
+# ---- a case's folder besides its IR ----------------------------------------------
+CALIB_SAMPLES = 8
+RUN_SAMPLES = 4
+
+CFG = """\
+# Op test {name}: {doc}.
+# Written by tools/{writer}; run ./run.sh (or op_tests/run.sh for all).
+[Common]
+graph = {name}.txt
+bin = {name}.bin
+model_name = {name}
+out_ir_name = {name}
+output_dir = work
+dataset = {dataset}
+calibration_data = calib.{ext}
+calibration_batch_size = {calib}
+quantize_method_for_weight = per_tensor_symmetric_restricted_range
+quantize_method_for_activation = per_tensor_symmetric_full_range
+weight_bits = 8
+activation_bits = 8
+calibration_strategy_for_weight = extrema
+calibration_strategy_for_activation = extrema
+trigger_float_op = disable
+device = cpu
+"""
+
+RUN_SH = """\
+#!/bin/sh
+# Op test {name}: quantize with npuopt, run npuopt-run on the quantized IR, and
+# compare every tensor with npuopt's quantized forward (op_tests/run_one.sh).
+exec sh "$(dirname "$0")/../run_one.sh" "$(dirname "$0")"
+"""
+
+
+def write_case_data(folder: str, case, rng, writer: str = "gen_op_tests.py") -> None:
+    """calib.npy (calib.npz with several inputs), in0.npy, in1.npy, ..., opt.cfg (the
+    case's settings over CFG) and run.sh of a case (`inputs`, `doc`, `cfg`, `data`,
+    `calib_range`, `run_range` as in Case) into its folder, named after it."""
+    name = os.path.basename(folder)
+    data = case.data or uniform_inputs
+    calib = data(rng, case.inputs, CALIB_SAMPLES, case.calib_range, False)
+    run = data(rng, case.inputs, RUN_SAMPLES, case.run_range, True)
+    if len(case.inputs) == 1:
+        np.save(os.path.join(folder, "calib.npy"), calib[0])
+        dataset, ext = "NumpyDataset", "npy"
+    else:
+        np.savez(os.path.join(folder, "calib.npz"), *calib)
+        dataset, ext = "NumpyMultiInputDataset", "npz"
+    for i, x in enumerate(run):
+        np.save(os.path.join(folder, f"in{i}.npy"), x)
+    cfg = CFG.format(name=name, doc=case.doc, dataset=dataset, ext=ext, calib=CALIB_SAMPLES, writer=writer)
+    for key, value in case.cfg.items():
+        cfg = _set_field(cfg, key, value)
+    with open(os.path.join(folder, "opt.cfg"), "w") as f:
+        f.write(cfg)
+    script = os.path.join(folder, "run.sh")
+    with open(script, "w") as f:
+        f.write(RUN_SH.format(name=name))
+    os.chmod(script, 0o755)
+
+
+def _set_field(cfg: str, key: str, value: str) -> str:
+    lines = cfg.splitlines()
+    for i, line in enumerate(lines):
+        if line.split("=")[0].strip() == key:
+            lines[i] = f"{key} = {value}"
+            return "\n".join(lines) + "\n"
+    return cfg + f"{key} = {value}\n"
