@@ -13,7 +13,7 @@ npuopt does not implement yet (`unsupported`). Names are case-insensitive, as th
 import re
 
 from .cfg_reader import (FIELDS, Config, PerLayer, as_text, current_config, default_of, defaults,  # noqa: F401
-                         field_table, load_config, parse_field, parse_per_layer, register_field)
+                         field_table, fields_markdown, load_config, parse_field, parse_per_layer, register_field)
 from .errors import ConfigError
 from .outputs import safe_name
 from .quant.formats import QuantMethod
