@@ -40,7 +40,7 @@ def main() -> int:
     import record
 
     wanted = {FIELDS_PAGE: fields_page(), record.README: record.with_headlines(record.README.read_text(encoding="utf-8"))}
-    stale = [path for path, text in wanted.items() if path.read_text(encoding="utf-8") != text]
+    stale = [path for path, text in wanted.items() if not path.is_file() or path.read_text(encoding="utf-8") != text]
     if args.check:
         for path in stale:
             print(f"{path.relative_to(REPO)} is not as generated: run python tools/gen_docs.py")
