@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from npuopt.config import load_config  # noqa: E402
 from npuopt.ir import read_graph  # noqa: E402
+from npuopt.logger import set_quiet  # noqa: E402
 from npuopt.optmaster import OptMaster  # noqa: E402
 from npuopt.plugins import load_plugins  # noqa: E402
 import record  # noqa: E402
@@ -35,11 +36,11 @@ ENCODER = REPO.parent / "shared" / "data" / "parser_irs" / "transformer_encoder"
 FORMATS = {
     "w8a8": {},
     "w16a16": {"quant_type": "w16a16"},
-    "w4afp16, blocks of 32": {"quant_type": "w4afp16", "quantize_method_for_weight": "per_block_asymmetric",
+    "w4afp16_blocks32": {"quant_type": "w4afp16", "quantize_method_for_weight": "per_block_asymmetric",
                               "weight_block_size": "32"},
-    "wfp8afp8 (e4m3)": {"quant_type": "wfp8afp8"},
+    "wfp8afp8": {"quant_type": "wfp8afp8"},
     "wfp8e5m2afp8e5m2": {"quant_type": "wfp8e5m2afp8e5m2"},
-    "wfp4, blocks of 32": {"quant_type": "wfp4", "quantize_method_for_weight": "per_block_symmetric_restricted_range",
+    "wfp4_blocks32": {"quant_type": "wfp4", "quantize_method_for_weight": "per_block_symmetric_restricted_range",
                            "weight_block_size": "32"},
     "wfp4afp8e4m3": {"quant_type": "wfp4afp8e4m3",
                      "quantize_method_for_weight": "per_channel_symmetric_restricted_range"},
@@ -48,6 +49,7 @@ FORMATS = {
 
 def cosine(folder: Path, fields: dict, calib: Path, val: np.ndarray, expected: np.ndarray) -> float:
     """Quantize with `fields`, read the IR back, and compare its dequantized outputs on `val`."""
+    folder.mkdir(parents=True, exist_ok=True)
     cfg = folder / "opt.cfg"
     values = dict(graph=ENCODER / "transformer_encoder.txt", model_name="enc", output_dir=folder / "out",
                   dataset="NumpyDataset", calibration_data=calib, calibration_batch_size=16, device="cpu", **fields)
@@ -69,6 +71,7 @@ def main():
     args = p.parse_args()
     record.require_samples("bench_formats", ENCODER)
     load_plugins()
+    set_quiet()  # the table, not each run's log
     reference = np.load(ENCODER / "ref_input.npy")
     rng = np.random.default_rng(0)
     calib_set, val = (rng.standard_normal((n,) + reference.shape[1:]).astype(np.float32) * reference.std()

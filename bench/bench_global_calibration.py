@@ -8,7 +8,7 @@ EfficientNet-Lite0 (issue 12).
 Runs `npuopt --cfg model_tests/efficientnet_lite0/opt.cfg` (100 calibration images,
 500 val images, 8-bit per-tensor asymmetric activations) once per method in a
 subprocess, with the weights as asked (default: 4-bit per-channel asymmetric, the
-README's 4-bit recipe), and prints a
+4-bit recipe of docs/formats.md), and prints a
 table: quantized top-1, top-1 agreement with the float model, the output's mean
 squared error against the float logits (less noisy than top-1 on 500 images), the method's own time
 (from npuopt's log line), the run's wall time and its CPU time (user + system, all
