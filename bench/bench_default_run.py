@@ -81,13 +81,12 @@ def eager_forward(model: str, calib: int) -> None:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated model tests")
     p.add_argument("--calib", type=int, default=4, help="calibration images (the first of split calib)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu", help="npuopt's device field")
     p.add_argument("--eager", help=argparse.SUPPRESS)  # the child that runs PyTorch eager
-    record.add_write_option(p)
     args = p.parse_args()
     if args.eager:
         return eager_forward(args.eager, args.calib)
@@ -108,9 +107,8 @@ def main():
                      (f"{model}: default / eager", f"{dw / ew:.2f}", f"{do / eo:.1f}", f"{dp / ep:.2f}")]
             print(f"{model} done", flush=True)
     table = record.markdown(("job", "wall", "own time", "peak RSS"), rows)
-    print(f"{what}, {args.threads} thread(s)\n{table}")
-    if args.write:
-        record.write("bench_default_run", table, "1 run", args.threads, args.device, what=what)
+    record.publish(args, "bench_default_run", table, what, "1 run", args.threads, args.device)
+
 
 if __name__ == "__main__":
     main()

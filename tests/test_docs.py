@@ -57,7 +57,7 @@ def test_npuopt_field_markdown_prints_the_fields_page(tmp_path):
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
 def test_every_benchmark_writes_its_table(script):
     source = script.read_text(encoding="utf-8")
-    assert "record.add_write_option(" in source and "record.write(" in source, \
+    assert "record.parser(" in source and "record.publish(" in source, \
         f"{script.name}: take --write and put its table into docs/benchmarks.md (bench/record.py)"
     text = record.BENCHMARKS.read_text(encoding="utf-8")
     assert f"<!-- bench:{script.stem}" in text and f"\n## {script.stem}\n" in text, \
