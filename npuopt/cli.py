@@ -48,14 +48,15 @@ of one process, rank 0 writes the files:
 @click.option("--set", "overrides", multiple=True, metavar="FIELD=VALUE",
               help="override a cfg field (repeatable); relative paths are taken from the working directory")
 @click.option("--field", "show_fields", is_flag=True, help="list every cfg field with its default and help")
+@click.option("--markdown", is_flag=True, help="with --field: the list as docs/fields.md has it")
 @click.option("--plugin", "show_plugins", is_flag=True, help="list registered ops, datasets and metrics")
 @click.option("--verbose", "-v", is_flag=True, help="debug logs, and a traceback on errors")
 @click.version_option(__version__, "--version", prog_name="npuopt")
-def main(cfg_path, overrides, show_fields, show_plugins, verbose):
+def main(cfg_path, overrides, show_fields, markdown, show_plugins, verbose):
     set_verbose(verbose)
     try:
         if show_fields:
-            _print_fields()
+            _print_fields(markdown)
         if show_plugins:
             _print_plugins()
         if cfg_path:
@@ -170,11 +171,15 @@ def _raise_interrupt(signum, _frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _print_fields() -> None:
-    from .config import field_table
+def _print_fields(markdown: bool) -> None:
+    from .config import field_table, fields_markdown
     from .plugins import load_plugins
 
+    own = {f.name for f in field_table()}  # npuopt's own; plugins add theirs as they load
     load_plugins()
+    if markdown:
+        click.echo(fields_markdown(own), nl=False)
+        return
     fields = field_table()
     width = max(len(f.name) for f in fields)
     for f in fields:

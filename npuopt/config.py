@@ -13,7 +13,7 @@ npuopt does not implement yet (`unsupported`). Names are case-insensitive, as th
 import re
 
 from .cfg_reader import (FIELDS, Config, PerLayer, as_text, current_config, default_of, defaults,  # noqa: F401
-                         field_table, load_config, parse_field, parse_per_layer, register_field)
+                         field_table, fields_markdown, load_config, parse_field, parse_per_layer, register_field)
 from .errors import ConfigError
 from .outputs import safe_name
 from .quant.formats import QuantMethod
@@ -149,7 +149,7 @@ def _strategy_unsupported(s) -> str:
 
 
 _STRATEGY_ACCEPTS = (f"{IMPLEMENTED_STRATEGIES} (its automatic form, a > 1: npuopt's own search of alpha, see "
-                    f"the README)")
+                    f"docs/calibration.md)")
 
 
 def _multiplier_bits(s):
@@ -371,7 +371,7 @@ register_field("enable_pass_merge_matmul_mul", "true", _bool,
                "folded into its rescale (one requantization fewer)", _B)
 register_field("resize_degrade_to_nearest", "false", _bool, "Resize layers use the nearest method instead of their own", _B, per_layer=True)
 register_field("global_calibration", "auto", _global_calibration,
-               "global calibration methods run on the whole graph with the calibration data (see README); "
+               "global calibration methods run on the whole graph with the calibration data (docs/global-calibration.md); "
                "auto: GPTQ where weights are per tensor, below 8 bits or fp8/fp4",
                "auto, none, or methods like equalization & adaround[0,500] joined by &", unsupported=unknown_global_calibrations)
 register_field("mixed_precision_auto_search", "0,0.,L", _mixed_precision,

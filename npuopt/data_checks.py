@@ -6,7 +6,7 @@ import os
 import torch
 
 from .data import batches, call_metric, collate_of, label_batches, make_dataset, make_metrics
-from .errors import ConfigError, IRError
+from .errors import ConfigError, DatasetError, IRError, NpuoptError
 
 
 def probe(feed, dataset, size: int, field: str):
@@ -16,8 +16,30 @@ def probe(feed, dataset, size: int, field: str):
     n = min(len(dataset), size)
     subset = torch.utils.data.Subset(dataset, range(n))
     batch = next(batches(subset, feed.cfg.dataset, n, 0, collate_fn=collate_of(dataset), field=field))
-    inputs, labels = feed.split(batch)
+    try:
+        inputs, labels = feed.split(batch)
+    except DatasetError as e:  # samples that do not fit the graph's inputs: name the file too
+        raise DatasetError(f"{field} '{getattr(feed.cfg, field)}': {e}") from None
     return feed.forward(feed.graph, inputs, after_node=check_overflow), labels
+
+
+def zero_forward(graph, cfg, device) -> None:
+    """The float graph's forward on all-zero inputs of the IR's shapes: every layer's params
+    and computed shapes checked. Where a layer fails on a graph input it reads directly (an
+    input of the wrong rank, say), the culprit is that input, of the IR or of the data:
+    the line names it, its shape and file, and the data files that feed it."""
+    try:
+        graph.zero_forward(device=device)
+    except NpuoptError as e:
+        layer = graph.running
+        read = [t for t in (layer.inputs if layer is not None else ()) if t in graph.input_tensors]
+        if not read:
+            raise
+        detail = str(e).removeprefix(f"layer '{layer.name}' ({layer.type}): ")
+        data = [f"{field} '{getattr(cfg, field)}'" for field in ("calibration_data", "data") if getattr(cfg, field)]
+        raise type(e)(f"graph input '{read[0].name}' of '{cfg.graph}' has shape {list(read[0].ir_shape)} "
+                      f"({len(read[0].ir_shape)} axes), which layer '{layer.name}' ({layer.type}) that reads it "
+                      f"does not take ({detail})" + (f"; the data for it: {', '.join(data)}" if data else "")) from None
 
 
 def check_calibration_data(feed) -> None:

@@ -32,6 +32,7 @@ class PyGraph:
         self._last_use: Dict[str, int] = {}
         # whether a batch keeps its samples apart (None: not checked yet; see keeps_samples_apart)
         self.samples_apart: Optional[bool] = None
+        self.running: Optional[PyNode] = None  # the layer the last forward ran last (where one failed)
 
     # ---- structure -------------------------------------------------------
     def set_layers(self, nodes: Sequence[PyNode], input_names: Sequence[str],
@@ -223,6 +224,7 @@ class PyGraph:
         outputs = {t.name for t in self.output_tensors}
         with torch.no_grad(), float_layers_in_float64(self.computes_float_layers_in_float64):
             for i, node in enumerate(self.nodes):
+                self.running = node
                 node.forward()
                 if after_node is not None:
                     after_node(node)

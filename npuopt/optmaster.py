@@ -15,7 +15,7 @@ import torch
 
 from .config import Config
 from .data import make_dataset, set_batch_dims
-from .data_checks import check_calibration_data, open_metric_data
+from .data_checks import check_calibration_data, open_metric_data, zero_forward
 from .errors import ConfigError
 from .evaluation import evaluate
 from .feed import Feed
@@ -107,7 +107,7 @@ class OptMaster:
                  f"outputs {[t.name for t in self.graph.output_tensors]}")
         self.graph.check_supported()
         self.graph.to(self.device)
-        self.graph.zero_forward(device=self.device)
+        zero_forward(self.graph, self.cfg, self.device)
         OPT_INFO("zero-input forward: every layer ran and every shape matches the IR")
         self.feed = Feed(self.cfg, self.graph, self.device, self.ranks)
 

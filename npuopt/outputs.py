@@ -59,8 +59,9 @@ class RunOutputs:
     """The outputs of one run; `inputs` maps a cfg field (or what it is) to a file the
     run reads and must never overwrite."""
 
-    def __init__(self, inputs: Dict[str, str]):
+    def __init__(self, inputs: Dict[str, str], announce: bool = True):
         self.inputs = {_real(path): what for what, path in inputs.items() if path}
+        self.announce = announce           # log the files put in place (a command that says it itself: not)
         self.staged: Dict[str, str] = {}   # final path -> temporary path
         self.created: List[str] = []       # folders made for staged files, outermost first
         self.writable: Set[str] = set()    # folders found writable (absolute paths)
@@ -134,7 +135,7 @@ class RunOutputs:
         finally:
             for fd in locks:
                 os.close(fd)  # releases the lock
-        if self.staged:
+        if self.staged and self.announce:
             OPT_INFO(f"outputs in place: {', '.join(self.staged)}")
         self.staged, self.created = {}, []
 

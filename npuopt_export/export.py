@@ -25,6 +25,7 @@ import torch
 from npuopt.errors import ExportError, NpuoptError
 from npuopt.ir import write_graph
 from npuopt.ir.reader import MAX_ELEMENTS_LOG2
+from npuopt.outputs import RunOutputs
 from npuopt.passes import run_stage1
 
 from .export_graph import Exporter, canonical_perm
@@ -289,12 +290,14 @@ def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
     and exit status 1.
     """
     try:
+        outputs = _outputs(out_prefix, weights)
         shapes = [_parse_shape(s) for s in input_shapes]
         _check_memory(shapes, input_shapes)
         module = load_model(model, weights, seed)
-        name = os.path.basename(out_prefix) or "model"
-        graph, checks = export_model(module, shapes, name, input_layout.lower(), seed)
-        write_graph(graph, out_prefix + ".txt", out_prefix + ".bin")
+        graph, checks = export_model(module, shapes, os.path.basename(out_prefix), input_layout.lower(), seed)
+        with outputs:
+            write_graph(graph, outputs.stage("-o", out_prefix + ".txt"), outputs.stage("-o", out_prefix + ".bin"),
+                        bin_name=os.path.basename(out_prefix) + ".bin")
     except NpuoptError as e:
         _fail(str(e), verbose)
     except Exception as e:  # a bug of ours: still one line, with a pointer to --verbose
@@ -312,6 +315,19 @@ def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
     elif not graph.keeps_samples_apart():
         click.echo("note: this IR fixes batch 1 in its shapes (its layers move the batch off the first axis); "
                    "npuopt runs its batches one sample at a time")
+
+
+def _outputs(out_prefix: str, weights: Optional[str]) -> RunOutputs:
+    """OUT_PREFIX.txt and .bin checked before any work, as npuopt checks its outputs: a
+    prefix that ends in a folder separator, a folder under a regular file or one that cannot be made or
+    written into, or the --weights file, is one line; the files appear only once written whole."""
+    if not os.path.basename(out_prefix):
+        raise ExportError(f"-o '{out_prefix}' names a folder; give the files' prefix, e.g. "
+                          f"'{os.path.join(out_prefix, 'model')}' for model.txt and model.bin in it")
+    outputs = RunOutputs({"--weights": weights} if weights else {}, announce=False)
+    for path in (out_prefix + ".txt", out_prefix + ".bin"):
+        outputs.check("-o", path)
+    return outputs
 
 
 def _fail(message: str, verbose: bool) -> None:

@@ -15,7 +15,7 @@ from .runner import Runner
 from .stream import NpyInput, Writer
 
 PROG = "npuopt-run"
-DEFAULT_BATCH_SIZE = 4  # EfficientNet-Lite0 at 224x224: 476 MB peak resident (README)
+DEFAULT_BATCH_SIZE = 4  # EfficientNet-Lite0 at 224x224: a few hundred MB peak resident (docs/npuopt-run.md)
 
 
 class _Parser(argparse.ArgumentParser):

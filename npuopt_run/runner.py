@@ -54,6 +54,12 @@ class TensorInfo:
         return self.scale, self.zp
 
 
+def _float32(scale: float) -> float:
+    """The scale as the float32 that quantizes and dequantizes with it (1e-50 is 0 there, 1e40 inf)."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(scale))
+
+
 def tensor_infos(model: Model) -> Dict[str, TensorInfo]:
     infos = {}
     for layer in model.layers:
@@ -182,10 +188,13 @@ class Runner:
                               f"first)")
         for name in self.model.inputs + self.model.outputs:
             info = self.infos[name]
-            if info.quantized and info.scale is not None and not (math.isfinite(info.scale) and info.scale > 0):
+            # any scale a graph input or output states (a float one states none), as the float32 it is used as
+            if info.scale is not None and not (math.isfinite(_float32(info.scale)) and _float32(info.scale) > 0):
                 kind = "input" if name in self.model.inputs else "output"
+                as_float32 = "" if not math.isfinite(info.scale) or info.scale <= 0 else \
+                    f" (it is {_float32(info.scale)} in float32)"
                 raise info.producer.error(f"layer_top_scale {info.scale} of graph {kind} '{name}' must be a "
-                                          f"positive finite number", "layer_top_scale")
+                                          f"positive finite number{as_float32}", "layer_top_scale")
 
     def check_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool, files: Sequence[str] = ()) -> None:
         """The inputs against the IR from their shapes and dtypes alone (no value is read, so

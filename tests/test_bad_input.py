@@ -3,7 +3,7 @@ culprit, and leaves no IR behind (nothing half-written, and, since data and labe
 checked before calibration, no IR at all). Runs go through the CLI in this process on
 examples/tiny_cnn (input 'input' [1, 12, 12, 3], 100 samples, 4 classes).
 
-Policies checked here (README, "What a dataset may yield"):
+Policies checked here (docs/datasets-metrics.md, "What a dataset may yield"):
 - integer data for a float input is accepted and converted to float with its values
   unchanged; bool, complex, text and Python objects are errors;
 - NaN/Inf in calibration data: a warning names each tensor that has them; they are left

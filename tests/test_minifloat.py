@@ -353,6 +353,6 @@ def test_gptq_rounds_onto_a_minifloat_grid_with_less_error_than_nearest(name):
 ], ids=["e4m3", "e5m2", "fp4_weight_only", "fp4_weights_fp8_activations", "w16a16"])
 def test_transformer_encoder_formats(tmp_path, fields, floor):
     """The parser's transformer_encoder under the fp8/fp4 quant_types and w16a16: output
-    cosine to float over 16 samples it was not calibrated on (README, "Number formats")."""
+    cosine to float over 16 samples it was not calibrated on (docs/formats.md; bench/bench_formats.py prints the figures)."""
     cosine, _ = transformer_encoder_cosine(tmp_path, **fields)
     assert cosine >= floor, cosine

