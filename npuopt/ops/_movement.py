@@ -3,6 +3,7 @@ axes normalised against a rank, and index tensors checked against an axis size."
 import torch
 
 from ..errors import IRError
+from ..quant import tensors as QT
 
 _MISSING = object()
 
@@ -103,6 +104,17 @@ def batch_dims_of(node, data: torch.Tensor, indices: torch.Tensor, limit: int) -
         raise IRError(f"layer '{node.name}' ({node.type}): batch_dims {node.get_param('batch_dims', 0)} does not "
                       f"fit data {list(data.shape)} and indices {list(indices.shape)}")
     return bd
+
+
+def set_values_and_indices(node, values: torch.Tensor, *indices: torch.Tensor) -> list:
+    """Top 0 the values, the next tops index tensors: int32 in float, each top's dtype
+    when quantized. Returns every top's value."""
+    for i, (t, v) in enumerate(zip(node.outputs, (values,) + indices)):
+        if node.quantized:
+            QT.store_output(node, v, t)
+        else:
+            t.betensor = v if i == 0 else v.to(torch.int32)
+    return [t.betensor for t in node.outputs]
 
 
 def index_output_quantization(node, t, bits: int, signed: bool = False) -> None:

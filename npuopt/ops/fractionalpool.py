@@ -20,7 +20,7 @@ from ..errors import IRError
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._layout import param_choice
-from ._movement import bool_param, index_output_quantization, int_param
+from ._movement import bool_param, index_output_quantization, int_param, set_values_and_indices
 from ._pooling_sequences import RANGE, boundaries
 from .adaptivepool import window_average
 
@@ -76,7 +76,7 @@ def fractionalpool_forward(self, *args):
                       f"{list(self.inputs[0].ir_shape)}")
     overlap = int(bool_param(self, "overlap", False))
     windows = [[(b[i], min(b[i + 1] + overlap, b[-1])) for i in range(len(b) - 1)] for b in sequences]
-    out, rows_t, cols_t = self.outputs
+    out = self.outputs[0]
     bounds = [torch.tensor(b, dtype=torch.int64, device=x.device) for b in sequences]
     if method == "MAX":
         y = _reduce(x, windows, _amax)
@@ -85,13 +85,7 @@ def fractionalpool_forward(self, *args):
         lengths = [torch.tensor([e - s for s, e in w], dtype=torch.float64, device=x.device) for w in windows]
         areas = lengths[0].reshape(1, -1, 1, 1) * lengths[1].reshape(1, 1, -1, 1)
         y = window_average(sums, areas, out) if self.quantized else (sums / areas).to(computing_float(x).dtype)
-    if self.quantized:
-        for t, v in zip(self.outputs, [y] + bounds):
-            QT.store_output(self, v, t)
-    else:
-        out.betensor = y
-        rows_t.betensor, cols_t.betensor = (b.to(torch.int32) for b in bounds)
-    return [t.betensor for t in self.outputs]
+    return set_values_and_indices(self, y, *bounds)
 
 
 @quant_register(OpType.FractionalPool, "1.0")

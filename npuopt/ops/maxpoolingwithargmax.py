@@ -20,7 +20,7 @@ from ..errors import IRError
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._layout import nchw_to_nhwc, nhwc_to_nchw, pad_nchw, param_choice, pooled_size
-from ._movement import bool_param, index_output_quantization, int_param
+from ._movement import bool_param, index_output_quantization, int_param, set_values_and_indices
 from .pooling import checked_window
 
 FLATTEN_DIMS = ["HW", "HWC", "NHWC", "NCHW"]
@@ -72,15 +72,7 @@ def argmax_pool(node, x: torch.Tensor):
 
 @op_register(OpType.MaxPoolingWithArgMax, "1.0")
 def maxpoolingwithargmax_forward(self, *args):
-    x_t = self.inputs[0]
-    values, index = argmax_pool(self, x_t.betensor.to(torch.float32))
-    out_v, out_i = self.outputs
-    if self.quantized:
-        QT.store_output(self, values, out_v)
-        QT.store_output(self, index, out_i)
-    else:
-        out_v.betensor, out_i.betensor = values, index.to(torch.int32)
-    return [out_v.betensor, out_i.betensor]
+    return set_values_and_indices(self, *argmax_pool(self, self.inputs[0].betensor.to(torch.float32)))
 
 
 @quant_register(OpType.MaxPoolingWithArgMax, "1.0")
