@@ -80,11 +80,14 @@ def fractionalpool_forward(self, *args):
     bounds = [torch.tensor(b, dtype=torch.int64, device=x.device) for b in sequences]
     if method == "MAX":
         y = _reduce(x, windows, _amax)
-    else:
-        sums = _reduce(x.to(torch.float64), windows, _sum)
+    elif self.quantized:
         lengths = [torch.tensor([e - s for s, e in w], dtype=torch.float64, device=x.device) for w in windows]
         areas = lengths[0].reshape(1, -1, 1, 1) * lengths[1].reshape(1, 1, -1, 1)
-        y = window_average(sums, areas, out) if self.quantized else (sums / areas).to(computing_float(x).dtype)
+        y = window_average(_reduce(x.to(torch.float64), windows, _sum), areas, out)
+    else:  # each window summed as the tool chain sums it (float32 sums in its order)
+        v = computing_float(x)
+        y = torch.stack([torch.stack([v[:, a:b, c:d].sum(dim=[1, 2]) / ((b - a) * (d - c)) for c, d in windows[1]], 1)
+                         for a, b in windows[0]], 1)
     return set_values_and_indices(self, y, *bounds)
 
 
