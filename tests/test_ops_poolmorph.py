@@ -273,7 +273,8 @@ def broken_op_test(root, case, layer, key, value):
     return folder
 
 
-@pytest.mark.parametrize("case, layer, key, value, words", CLI_ERRORS, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CLI_ERRORS])
+@pytest.mark.parametrize("case, layer, key, value, words", CLI_ERRORS,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CLI_ERRORS])
 def test_bad_params_through_npuopt(case, layer, key, value, words, tmp_path):
     """`npuopt --cfg` (in process): exit 1, one error line, no traceback, nothing written."""
     folder = broken_op_test(tmp_path, case, layer, key, value)
@@ -309,7 +310,8 @@ def test_npuopt_run_bad_params_are_one_line(tmp_path, capsys):
         txt, inputs = quantized_op_test(OP_TESTS / case, tmp_path / case)
         edit_ir(txt, layer, key, value)
         capsys.readouterr()
-        assert run_cli([str(txt), *[a for x in inputs for a in ("--input", str(x))], "-o", str(tmp_path / "o.npz")]) == 1
+        argv = [str(txt), *[a for x in inputs for a in ("--input", str(x))], "-o", str(tmp_path / "o.npz")]
+        assert run_cli(argv) == 1
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("npuopt-run: error: ") and words in lines[0], lines
         assert f"layer '{layer}'" in lines[0]

@@ -7,8 +7,6 @@ Each top keeps its input's dtype.
 
 Quantized: the values move unchanged; top i takes input i's quantization (the tool
 chain quantizes integer inputs only; npuopt passes scaled ones through too)."""
-import torch
-
 from ..errors import IRError
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
@@ -34,10 +32,11 @@ def meshgrid_forward(self, *args):
     if x.dim() != 1 or y.dim() != 1:
         raise IRError(f"layer '{self.name}' ({self.type}): takes 1-D inputs, got {list(x.shape)} and "
                       f"{list(y.shape)}")
+    ly, lx = (1, 1) if sparse else (len(y), len(x))   # how often each input repeats
     if indexing == "xy":
-        grids = [x.reshape(1, -1).expand(1 if sparse else len(y), -1), y.reshape(-1, 1).expand(-1, 1 if sparse else len(x))]
+        grids = [x.reshape(1, -1).expand(ly, -1), y.reshape(-1, 1).expand(-1, lx)]
     else:
-        grids = [x.reshape(-1, 1).expand(-1, 1 if sparse else len(y)), y.reshape(1, -1).expand(1 if sparse else len(x), -1)]
+        grids = [x.reshape(-1, 1).expand(-1, ly), y.reshape(1, -1).expand(lx, -1)]
     for t, grid in zip(self.outputs, grids):
         if self.quantized:
             QT.store_output(self, grid.contiguous(), t)
