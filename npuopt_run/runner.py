@@ -280,6 +280,8 @@ class Runner:
             alone = self._outputs([_samples(x, batch, i, 1) for x in inputs])
             for name in self.model.outputs:
                 a, b = together[name], alone[name]
+                if a.shape == b.shape and np.array_equal(a, b):
+                    continue  # a batch-free output (a Constant's, FractionalPool's boundaries)
                 if a.size != 2 * b.size:
                     return False
                 a, b = a.astype(np.float64).reshape(2, -1)[i], b.astype(np.float64).reshape(-1)

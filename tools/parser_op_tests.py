@@ -1,6 +1,7 @@
 """Generate op tests from IRs written by the tool chain's own parser: for each case of
-tools/parser_cases/, an ONNX model (made by the case), parsed by the Compass Unified
-Parser into a float IR, in a folder of op_tests/ laid out as tools/gen_op_tests.py lays
+tools/parser_cases/, an ONNX model (or, where the case's `parser` says `model_type = tf`,
+a TensorFlow frozen graph), made by the case, parsed by the Compass Unified Parser into a
+float IR, in a folder of op_tests/ laid out as tools/gen_op_tests.py lays
 out its own (NAME.txt/.bin, calib data, in*.npy, opt.cfg, run.sh) plus the parser.cfg
 used. Conformance (tests/test_conformance.py) and op_tests/run.sh take them as any op
 test; their IRs hold the params exactly as the parser writes them.
@@ -32,9 +33,9 @@ from op_cases.common import Case, write_case_data  # noqa: E402
 
 PARSER_CFG = """\
 [Common]
-model_type = onnx
+model_type = {model_type}
 model_name = {name}
-input_model = model.onnx
+input_model = {model}
 input = {inputs}
 input_shape = {shapes}
 output_dir = out
@@ -52,13 +53,19 @@ def all_cases() -> List[Case]:
     return cases
 
 
+MODEL_FILES = {"onnx": "model.onnx", "tf": "model.pb"}  # the file each model_type's case writes
+
+
 def parse(case: Case, parser_main: str, workdir: str, rng) -> str:
-    """The case's ONNX model through the parser; the folder holding its IR (NAME.txt/.bin)."""
-    case.build(rng, os.path.join(workdir, "model.onnx"))
+    """The case's model through the parser; the folder holding its IR (NAME.txt/.bin)."""
+    fields = dict(case.parser)
+    model_type = fields.pop("model_type", "onnx")
+    case.build(rng, os.path.join(workdir, MODEL_FILES[model_type]))
     inputs = ",".join(f"in{i}" for i in range(len(case.inputs)))
     shapes = ",".join(str([1, *shape]).replace(" ", "") for shape in case.inputs)
-    cfg = PARSER_CFG.format(name=case.name, inputs=inputs, shapes=shapes)
-    cfg += "".join(f"{key} = {value}\n" for key, value in case.parser.items())
+    cfg = PARSER_CFG.format(name=case.name, model_type=model_type, model=MODEL_FILES[model_type], inputs=inputs,
+                            shapes=shapes)
+    cfg += "".join(f"{key} = {value}\n" for key, value in fields.items())
     with open(os.path.join(workdir, "parser.cfg"), "w") as f:
         f.write(cfg)
     run = subprocess.run([sys.executable, parser_main, "-c", "parser.cfg"], cwd=workdir, capture_output=True,

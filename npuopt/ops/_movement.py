@@ -3,6 +3,7 @@ axes normalised against a rank, and index tensors checked against an axis size."
 import torch
 
 from ..errors import IRError
+from ..quant import tensors as QT
 
 _MISSING = object()
 
@@ -105,10 +106,22 @@ def batch_dims_of(node, data: torch.Tensor, indices: torch.Tensor, limit: int) -
     return bd
 
 
-def index_output_quantization(node, t, bits: int) -> None:
-    """An output of indices: integers as they are (scale 1, zp 0, qinvariant), unsigned."""
+def set_values_and_indices(node, values: torch.Tensor, *indices: torch.Tensor) -> list:
+    """Top 0 the values, the next tops index tensors: int32 in float, each top's dtype
+    when quantized. Returns every top's value."""
+    for i, (t, v) in enumerate(zip(node.outputs, (values,) + indices)):
+        if node.quantized:
+            QT.store_output(node, v, t)
+        else:
+            t.betensor = v if i == 0 else v.to(torch.int32)
+    return [t.betensor for t in node.outputs]
+
+
+def index_output_quantization(node, t, bits: int, signed: bool = False) -> None:
+    """An output of indices: integers as they are (scale 1, zp 0, qinvariant), unsigned
+    unless `signed`."""
     from ..dtype import Dtype
     t.scale, t.zerop, t.qbits = 1.0, 0, bits
-    t.dtype = Dtype.integer(bits, False)
+    t.dtype = Dtype.integer(bits, signed)
     t.qmin, t.qmax = t.dtype.qmin, t.dtype.qmax
     t.qinvariant = True

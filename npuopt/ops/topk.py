@@ -14,7 +14,7 @@ from ..errors import IRError
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._layout import param_choice
-from ._movement import axis_of, bool_param, index_output_quantization, int_param
+from ._movement import axis_of, bool_param, index_output_quantization, int_param, set_values_and_indices
 
 SELECT = ["last", "first", "random"]
 
@@ -58,13 +58,7 @@ def topk_forward(self, *args):
         if select == "last":
             order = _ties_last(values, order)
         values, idx = values[..., :k].transpose(axis, -1), order[..., :k].transpose(axis, -1)
-    out_v, out_i = self.outputs
-    if self.quantized:
-        QT.store_output(self, values, out_v)
-        QT.store_output(self, idx, out_i)
-    else:
-        out_v.betensor, out_i.betensor = values, idx.to(torch.int32)
-    return [out_v.betensor, out_i.betensor]
+    return set_values_and_indices(self, values, idx)
 
 
 @quant_register(OpType.TopK, "1.0")

@@ -1,5 +1,5 @@
 """Layers that move values: Reshape, Transpose, Concat, Split, Slice, Pad,
-Constant; and the float boundaries Quantize and DeQuantize."""
+Constant, Meshgrid; and the float boundaries Quantize and DeQuantize."""
 import numpy as np
 
 from .. import minifloat
@@ -181,10 +181,34 @@ def dequantize_float(layer, xs, infos):
     return [dequantize(xs[0], *infos[0].quant(layer))]
 
 
+def meshgrid(layer, xs, infos):
+    """Meshgrid of two 1-D inputs: `indexing` xy (tops [len(y), len(x)]) or ij ([len(x),
+    len(y)]); `sparse` keeps one row/column of the repeated axis; each top its input's type."""
+    indexing, sparse = str(layer.param("indexing", "xy")), layer.param("sparse", False)
+    if len(xs) != 2 or indexing not in ("xy", "ij") or sparse not in (True, False):
+        raise layer.error(f"takes 2 inputs, indexing xy/ij, sparse true/false; got {len(xs)}, {indexing!r}, "
+                          f"{sparse!r}", "indexing")
+    x, y = xs
+    if indexing == "xy":
+        grids = np.meshgrid(x, y, indexing="xy", sparse=bool(sparse))
+    else:
+        grids = np.meshgrid(x, y, indexing="ij", sparse=bool(sparse))
+    return [np.ascontiguousarray(g) for g in grids]
+
+
+def meshgrid_int(layer, xs, infos):
+    """The integers move unchanged: top i shares input i's scale/zp/dtype."""
+    for i, info in enumerate(infos):
+        if (layer.top_scales[i], layer.top_zps[i], layer.top_types[i]) != (*info.quant(layer), info.dtype):
+            raise layer.error(f"top '{layer.tops[i]}' does not share input '{info.name}''s scale/zp/dtype; "
+                              f"Meshgrid does not rescale")
+    return meshgrid(layer, xs, infos)
+
+
 FLOAT = {"Reshape": reshape, "Transpose": transpose, "Concat": concat, "Split": split, "Slice": slice_,
-         "Constant": constant_float, "Pad": pad_float, "DeQuantize": dequantize_float}
+         "Constant": constant_float, "Pad": pad_float, "DeQuantize": dequantize_float, "Meshgrid": meshgrid}
 INT = {"Reshape": unchanged(reshape), "Transpose": unchanged(transpose), "Split": unchanged(split),
        "Slice": unchanged(slice_), "Pad": pad_int, "Concat": concat_int, "Constant": constant,
-       "Quantize": quantize_int}
+       "Quantize": quantize_int, "Meshgrid": meshgrid_int}
 # The tensor each boundary layer reads is of the other kind than its top.
 READS_OTHER_KIND = ("Quantize", "DeQuantize")
