@@ -25,9 +25,9 @@ def probe(feed, dataset, size: int, field: str):
 
 def zero_forward(graph, cfg, device) -> None:
     """The float graph's forward on all-zero inputs of the IR's shapes: every layer's params
-    and computed shapes checked. Where a layer fails on a graph input it reads directly (an
-    input of the wrong rank, say), the culprit is that input, of the IR or of the data:
-    the line names it, its shape and file, and the data files that feed it."""
+    and computed shapes checked. Where a layer that reads a graph input directly fails (on
+    an input of the wrong rank, say, or on a param of its own), its line also names that
+    input, its shape and file, and the data files that feed it: either may be the culprit."""
     try:
         graph.zero_forward(device=device)
     except NpuoptError as e:
@@ -35,11 +35,10 @@ def zero_forward(graph, cfg, device) -> None:
         read = [t for t in (layer.inputs if layer is not None else ()) if t in graph.input_tensors]
         if not read:
             raise
-        detail = str(e).removeprefix(f"layer '{layer.name}' ({layer.type}): ")
         data = [f"{field} '{getattr(cfg, field)}'" for field in ("calibration_data", "data") if getattr(cfg, field)]
-        raise type(e)(f"graph input '{read[0].name}' of '{cfg.graph}' has shape {list(read[0].ir_shape)} "
-                      f"({len(read[0].ir_shape)} axes), which layer '{layer.name}' ({layer.type}) that reads it "
-                      f"does not take ({detail})" + (f"; the data for it: {', '.join(data)}" if data else "")) from None
+        raise type(e)(f"{e}; it reads graph input '{read[0].name}' of '{cfg.graph}', shape "
+                      f"{list(read[0].ir_shape)} ({len(read[0].ir_shape)} axes)"
+                      + (f", fed by {', '.join(data)}" if data else "")) from None
 
 
 def check_calibration_data(feed) -> None:
