@@ -1,7 +1,9 @@
 """Filter: the slices of each data input along `axis` picked by the nonzero entries of the
 selector (the last input; positions along its first axis) moved to the front, the rest
 zero, each top the shape of its input; the last top holds how many were picked (a 0-d
-int32). `num` is the number of data inputs.
+int32), a length later layers may take as a shape. `num` is the number of data inputs.
+Declared with data-dependent shapes: its graph runs a batch as one, as the tool chain
+does (a selector along the batch axis picks among the samples).
 
 Quantized: the same code moves the integers (the selector's stored integers decide, the
 rest is the integer 0, as the tool chain does); each top takes its input's quantization,
@@ -25,7 +27,7 @@ def _data(node):
     return node.inputs[:num]
 
 
-@op_register(OpType.Filter, "1.0")
+@op_register(OpType.Filter, "1.0", data_dependent_shapes=True)
 def filter_forward(self, *args):
     data = _data(self)
     selector = self.inputs[-1].betensor
