@@ -64,9 +64,9 @@ def _quantized(node, method: str) -> torch.Tensor:
                       f"with 'shift_value' {want}")
     m_out, m_d, m_u = br.multipliers
     lo, hi = (-(1 << 31), (1 << 31) - 1) if out.dtype.is_signed else (0, (1 << 32) - 1)
-    y = QT.shifted(data, torch.int64) * m_d
+    y = QT.shifted(data).to(torch.int64) * m_d
     tuples, slices = _tuples(node)
-    u = QT.shifted(updates, torch.int64).reshape(slices.shape) * m_u
+    u = QT.shifted(updates).to(torch.int64).reshape(slices.shape) * m_u
     for i, position in enumerate(tuples):
         at = tuple(position)
         if method == "MUL":
