@@ -48,10 +48,15 @@ def _tuples(node):
 
 
 def _rescale(node, x: torch.Tensor, multiplier: int, shift: int, zp, lo, hi) -> torch.Tensor:
-    """The top's rounding: to nearest for 8-bit tops, down (a shift) for wider ones."""
+    """The top's rounding: to nearest for 8-bit tops (qmath.requantize); for wider ones
+    clamp(floor(round(x * M) * 2^-shift) - zp): the product rounded in float64, then an
+    arithmetic shift (a left one when negative), the tool chain's rescale of this layer
+    alone. A float64 tensor holding integers."""
     if node.outputs[0].qbits <= 8:
         return qmath.requantize(x, multiplier, shift, zp, lo, hi)
-    return qmath.requantize_floor(x, multiplier, shift, zp, lo, hi)
+    y = torch.round(x.to(torch.float64) * float(multiplier)).to(torch.int64)
+    y = y >> int(shift) if shift >= 0 else y << -int(shift)
+    return (y - int(zp)).clamp_(int(lo), int(hi)).to(torch.float64)
 
 
 def _quantized(node, method: str) -> torch.Tensor:

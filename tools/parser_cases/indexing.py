@@ -21,8 +21,7 @@ def _save(path, nodes, inputs, outputs, constants=()):
     graph = helper.make_graph(nodes, "case", [helper.make_tensor_value_info(n, FLOAT, s) for n, s in inputs],
                               [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
                               [numpy_helper.from_array(np.asarray(v), n) for n, v in dict(constants).items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = 8
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=8)
     onnx.save(model, path)
 
 
