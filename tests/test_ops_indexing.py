@@ -181,7 +181,7 @@ def test_bounds_not_shapes_and_a_batch_runs_as_one():
     tuples, count = graph.forward([x])
     assert graph.keeps_samples_apart()   # never split: NonZero's first coordinate names the sample
     assert tuples.tolist() == [[0, 1], [0, 3], [1, 0], [1, 5]] and count.tolist() == [4]
-    with pytest.raises(GraphError, match=r"layer 'nz' \(NonZero\): computed shape \[2, 6\] .* exceeds the IR's \[2, 3\]"):
+    with pytest.raises(GraphError, match=r"'nz' \(NonZero\): computed shape \[2, 6\] .* exceeds the IR's \[2, 3\]"):
         nonzero_graph(3).forward([torch.ones(1, 6)])
 
 
@@ -228,3 +228,35 @@ def test_a_plugin_layer_type_declares_data_dependent_shapes(tmp_path):
         assert graph.forward([torch.tensor([[1.0, -1.0, 2.0, 0.0, 3.0]])])[0].tolist() == [1.0, 2.0, 3.0]
     finally:
         OP_FORWARDS.remove_source(keep_positive.__code__.co_filename)
+
+
+@pytest.fixture(scope="module")
+def quantized_scatter_nd(tmp_path_factory):
+    from npuopt.config import load_config
+    from npuopt.optmaster import OptMaster
+    out = tmp_path_factory.mktemp("scatter_nd")
+    OptMaster(load_config(str(REPO / "op_tests" / "scatter_nd" / "opt.cfg"), {"output_dir": str(out)})).run()
+    return out / "scatter_nd_o.txt"
+
+
+@pytest.mark.parametrize("layer, key, value, message", [
+    ("cells_add", "reduction", "AVG", "unsupported reduction 'AVG'"),
+    ("cells_mul", "shift_value", "[3,1]", "shift_value must hold 3 values"),
+])
+def test_npuopt_run_bad_params_are_one_line(quantized_scatter_nd, tmp_path, layer, key, value, message):
+    """npuopt-run on a quantized IR with a bad param: one error line naming the layer, nothing written."""
+    import shutil
+    import subprocess
+    import sys
+    folder = REPO / "op_tests" / "scatter_nd"
+    ir = tmp_path / "scatter_nd_o.txt"
+    shutil.copyfile(quantized_scatter_nd, ir)
+    shutil.copyfile(quantized_scatter_nd.with_suffix(".bin"), ir.with_suffix(".bin"))
+    edit_ir(ir, layer, key, value)
+    inputs = [a for i in range(3) for a in ("--input", str(folder / f"in{i}.npy"))]
+    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(ir), *inputs, "-o", str(tmp_path / "o.npz")],
+                            capture_output=True, text=True)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("npuopt-run: error:") and f"layer '{layer}'" in lines[0] and message in lines[0]
+    assert not (tmp_path / "o.npz").exists()

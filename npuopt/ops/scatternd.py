@@ -24,7 +24,7 @@ from ..quant.fields import BranchRescales, multiplier_dtype, shift_dtype
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ._movement import integers, set_output
-from ._scatter import quantize_top, reduction, write_add_like, mul_rescales
+from ._scatter import mul_rescales, quantize_top, reduction, write_add_like
 
 COMBINE = {"NONE": lambda a, b: b, "ADD": torch.add, "MUL": torch.mul, "MAX": torch.maximum, "MIN": torch.minimum}
 
