@@ -3,7 +3,7 @@ are written at the positions the indices (input 1) give along `axis`; `reduction
 (replace), ADD, MUL, MAX or MIN (combined with the value there). Indices, updates and data
 have one rank, the indices no larger than the updates, nor than the data off `axis`.
 Indices are taken as the tool chain takes them: a negative one counts from the end, then
-each is clamped into [0, size) (size: data's IR size along `axis`).
+each is clamped into [0, size) (size: data's IR size along `axis`, or its own where smaller).
 
 Quantized, as the tool chain (D = q_d + zp_d, U = q_u + zp_u; docs/ir-ops.md):
   NONE/ADD/MAX/MIN: `scale_value = [M_out, M_d, M_u]`, one `shift_value`; D * M_d and
@@ -39,7 +39,8 @@ def _indices(node, axis: int) -> torch.Tensor:
         raise IRError(f"layer '{node.name}' (ScatterElements): indices {list(indices.shape)} do not fit data "
                       f"{list(data.shape)} and updates {list(updates.shape)} along axis {axis}")
     ir_shape = node.inputs[0].ir_shape
-    size = int(ir_shape[axis]) if ir_shape is not None and len(ir_shape) == data.dim() else data.shape[axis]
+    size = data.shape[axis]  # the IR's size there, as the tool chain takes it, unless the data is smaller
+    size = min(size, int(ir_shape[axis])) if ir_shape is not None and len(ir_shape) == data.dim() else size
     idx = integers(node, indices, "indices").to(data.device)
     return torch.where(idx < 0, idx + size, idx).clamp(0, max(size - 1, 0))
 

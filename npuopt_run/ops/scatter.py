@@ -1,8 +1,8 @@
 """ScatterElements and ScatterND (docs/ir-ops.md, "Indexing"; D = q_data + zp_data,
 U = q_updates + zp_updates):
 
-ScatterElements  indices along `axis` (negative + data's IR size there, then clamped into
-                 it); NONE/ADD/MAX/MIN: scale_value = [M_out, M_d, M_u], one shift s:
+ScatterElements  indices along `axis` (negative + data's IR size there, or its own where
+                 smaller, then clamped into it); NONE/ADD/MAX/MIN: scale_value = [M_out, M_d, M_u], one shift s:
                  D * M_d and U * M_u clamped to a (bits_d + bits_u)-bit accumulator,
                  scattered, requantize(., M_out, s). MUL: scale_value = [M0, M1],
                  shift_value = [s0, s1]: D' = requantize(D, M0, s0) in 16 bits, then per
@@ -54,7 +54,7 @@ def _element_targets(layer, xs, infos):
         raise layer.error(f"indices {list(idx.shape)} do not fit data {list(data.shape)} and updates "
                           f"{list(upd.shape)} along axis {axis}", "axis")
     axis %= data.ndim
-    size = int(infos[0].shape[axis]) if len(infos[0].shape) == data.ndim else data.shape[axis]
+    size = min(int(infos[0].shape[axis]), data.shape[axis]) if len(infos[0].shape) == data.ndim else data.shape[axis]
     k = np.asarray(idx).astype(np.int64)
     k = np.clip(np.where(k < 0, k + size, k), 0, max(size - 1, 0))
     grid = np.indices(idx.shape)                      # [ndim, *idx.shape]
