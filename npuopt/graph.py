@@ -8,7 +8,7 @@ import torch
 
 from .dtype import Dtype
 from .errors import GraphError, NpuoptError
-from .node import PyNode, float_layers_in_float64
+from .node import PyNode, float_layers_in_float64, float_layers_wide, tops_in_float32
 from .tensor import PyTensor
 
 WORKING_COPIES = 4  # 8-byte copies of a layer's largest tensor that a forward holds at once
@@ -99,6 +99,22 @@ class PyGraph:
     def tensors(self) -> List[PyTensor]:
         return [t for node in self.nodes for t in node.outputs]
 
+    @property
+    def subgraph_map(self) -> Dict[str, "PyGraph"]:
+        """Every subgraph its layers run (If's branches, Loop's body), nested ones too, by
+        name, in the order a walk of the layers first meets them: the IR's subgraph
+        sections, in the order they are written (the Compass Optimizer's name)."""
+        found: Dict[str, PyGraph] = OrderedDict()
+
+        def walk(graph):
+            for node in graph.nodes:
+                for sg in node.subgraphs.values():
+                    if sg.name not in found:
+                        found[sg.name] = sg
+                        walk(sg)
+        walk(self)
+        return found
+
     def node(self, name: str) -> Optional[PyNode]:
         return next((n for n in self.nodes if n.name == name), None)
 
@@ -151,6 +167,14 @@ class PyGraph:
                                                       after_node)] for i in range(batch)]
             return [torch.cat(parts, dim=0) for parts in zip(*runs)]
         return self._forward(inputs, keep_tensors, check_shapes, after_node)
+
+    def run_subgraph(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """Run this subgraph on the values its control-flow layer feeds it (the batch as
+        it comes, float layers in float64 where its caller's are), its float16/bfloat16
+        tops kept in float32 as the tool chain runs subgraphs (node.tops_in_float32);
+        returns its output values."""
+        with tops_in_float32(True):
+            return list(self._forward(inputs, False, True, None, wide=float_layers_wide()))
 
     def samples_within(self, budget_bytes: int) -> int:
         """How many samples one forward may run within `budget_bytes` of working memory:
@@ -209,7 +233,9 @@ class PyGraph:
         return True
 
     def _forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool, check_shapes: bool,
-                 after_node) -> List[torch.Tensor]:
+                 after_node, wide: Optional[bool] = None) -> List[torch.Tensor]:
+        """The layers in order; float layers in float64 where `wide` (by default: where this
+        graph computes them so, computes_float_layers_in_float64)."""
         if len(inputs) != len(self.input_tensors):
             raise GraphError(f"graph '{self.name}' takes {len(self.input_tensors)} input(s) "
                              f"({', '.join(t.name for t in self.input_tensors)}), got {len(inputs)}")
@@ -218,10 +244,12 @@ class PyGraph:
                 raise GraphError(f"input '{t.name}' has shape {list(value.shape)}, the IR says "
                                  f"{list(t.ir_shape)} (the first axis is the batch)")
             t.betensor = value
-        first = self.input_tensors[0] if self.input_tensors else None
-        self._batch_factor = (inputs[0].shape[0] / first.ir_shape[0]) if first and first.ir_shape and first.ir_shape[0] else 1
+        # the batch: the first input with a batch axis (a Loop body's first inputs are scalars)
+        batched = next(((t, v) for t, v in zip(self.input_tensors, inputs) if t.ir_shape and t.ir_shape[0]), None)
+        self._batch_factor = batched[1].shape[0] / batched[0].ir_shape[0] if batched else 1
         outputs = {t.name for t in self.output_tensors}
-        with torch.no_grad(), float_layers_in_float64(self.computes_float_layers_in_float64):
+        wide = self.computes_float_layers_in_float64 if wide is None else wide
+        with torch.no_grad(), float_layers_in_float64(wide):
             for i, node in enumerate(self.nodes):
                 node.forward()
                 if after_node is not None:
@@ -274,12 +302,24 @@ class QuantizeGraph(PyGraph):
     """The PyGraph that the optimizer calibrates, quantizes and serializes."""
 
 
+DATA_DEPENDENT = "data_dependent_shape"  # PyTensor.attrs key: its first axis follows the data
+
+
+def mark_data_dependent(t: PyTensor) -> None:
+    """An output whose first axis the data decide (a Loop's scan outputs: one row per
+    iteration run); the IR gives the size the parser assumed, which the forward need not match."""
+    t.attrs[DATA_DEPENDENT] = True
+
+
 def _check_shape(node: PyNode, t: PyTensor, batch_factor: float) -> None:
     """Shapes must equal the IR's but for one axis that carries the batch: batch_factor
     times the IR's size there (the batch axis, wherever Transpose/Reshape moved or folded
-    it), or the IR's size for batch-free values such as a Constant's."""
+    it), or the IR's size for batch-free values such as a Constant's; the first axis of a
+    data-dependent tensor (mark_data_dependent) is free."""
     got = tuple(t.betensor.shape)
     want = tuple(t.ir_shape)
+    if t.attrs.get(DATA_DEPENDENT) and len(got) == len(want):
+        got, want = got[1:], want[1:]
     if len(got) == len(want):
         differ = [a for a in range(len(want)) if got[a] != want[a]]
         if not differ or (len(differ) == 1 and got[differ[0]] == want[differ[0]] * batch_factor):
