@@ -17,7 +17,7 @@ import numpy as np
 from . import intmath, minifloat
 from .errors import RefrunError
 from .irfile import DType, Layer, Model
-from .ops import OPS
+from .ops import DATA_DEPENDENT_FIRST_AXIS, OPS
 
 
 @dataclass
@@ -152,7 +152,10 @@ class Runner:
         self.integer = {layer.name: computes_in_integers(layer, self.infos) for layer in self.order}
         self.last_read = last_reads(self.order)
         self._batchable: Optional[bool] = None
-        self._check_quantized()
+        if not model.subgraph:  # a subgraph section holds the float layers of a control-flow layer
+            self._check_quantized()
+        for layer in self.order:  # If/Loop run the subgraph sections their params name
+            layer.subgraph_runs = {key: Runner(sub).run_subgraph for key, sub in layer.subgraphs.items()}
         for layer in self.order:
             if layer.type not in OPS:
                 raise layer.error(f"unknown layer type '{layer.type}' (npuopt-run knows: "
@@ -283,9 +286,23 @@ class Runner:
         self._run(inputs, set(self.model.outputs), got.__setitem__)
         return got
 
+    def run_subgraph(self, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+        """The outputs of this subgraph section on the values its If/Loop layer feeds it."""
+        got: Dict[str, np.ndarray] = {}
+        self._run(inputs, set(self.model.outputs), got.__setitem__)
+        return [got[name] for name in self.model.outputs]
+
+    def _batch(self, inputs: Sequence[np.ndarray]):
+        """(the batch run, the IR's batch): of the first input with a batch axis (a Loop
+        body's first inputs are scalars)."""
+        for name, x in zip(self.model.inputs, inputs):
+            if len(self.infos[name].shape) and x.ndim:
+                return x.shape[0], self.infos[name].shape[0]
+        return 1, 1
+
     def _run(self, inputs: Sequence[np.ndarray], wanted: Set[str], sink: Callable[[str, np.ndarray], None]) -> None:
         values: Dict[str, np.ndarray] = dict(zip(self.model.inputs, inputs))
-        batch = inputs[0].shape[0] if inputs else 1
+        batch = self._batch(inputs)
         for layer, done in zip(self.order, self.last_read):
             if layer.type == "Input":
                 if layer.tops[0] not in values:
@@ -322,11 +339,15 @@ class Runner:
         except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
             raise layer.error(f"{type(e).__name__}: {e}") from e
 
-    def _check(self, layer: Layer, info: TensorInfo, out: np.ndarray, batch: int) -> np.ndarray:
-        """The runner's own consistency check: IR shape (batch scaled) and dtype range."""
-        ir_batch = self.infos[self.model.inputs[0]].shape[0] if self.model.inputs else 1
+    def _check(self, layer: Layer, info: TensorInfo, out: np.ndarray, batches) -> np.ndarray:
+        """The runner's own consistency check: IR shape (batch scaled; a Loop's scan outputs
+        count the iterations run on their first axis) and dtype range. Float tops take their
+        type's values but in a subgraph section, whose float16 tops hold float32 values (the
+        tool chain runs subgraphs without fitting tensors to their dtypes)."""
+        batch, ir_batch = batches
         want = [int(d) for d in info.shape]
-        differ = [a for a in range(len(want)) if out.ndim == len(want) and out.shape[a] != want[a]]
+        first = 1 if layer.type in DATA_DEPENDENT_FIRST_AXIS and out.ndim == len(want) else 0
+        differ = [a for a in range(first, len(want)) if out.ndim == len(want) and out.shape[a] != want[a]]
         # the batch scales one axis (0, or where Transpose/Reshape put it); constants keep batch 1
         batch_axis_ok = len(differ) == 1 and ir_batch and out.shape[differ[0]] * ir_batch == want[differ[0]] * batch
         if out.ndim != len(want) or (differ and not batch_axis_ok):
@@ -339,5 +360,5 @@ class Runner:
             if out.size and (out.min() < info.dtype.qmin or out.max() > info.dtype.qmax):
                 raise layer.error(f"'{info.name}' holds [{out.min()}, {out.max()}] outside {info.dtype.name}")
         else:
-            out = to_float_type(out.astype(np.float32, copy=False), info.dtype.name)
+            out = to_float_type(out.astype(np.float32, copy=False), "float32" if self.model.subgraph else info.dtype.name)
         return out

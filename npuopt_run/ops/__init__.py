@@ -33,3 +33,5 @@ def _op_modules():
 
 
 OPS = _table(*_op_modules())
+# layer types whose tops' first axis the data decide (a Loop's scan outputs: one row per iteration)
+DATA_DEPENDENT_FIRST_AXIS = frozenset().union(*(getattr(m, "DATA_DEPENDENT_FIRST_AXIS", ()) for m in _op_modules()))

@@ -8,8 +8,8 @@ which neither the tool chain nor npuopt can run.
 
 A condition or a trip count of the whole batch (the model reduces over the batch axis)
 runs the batch as one in the tool chain, sample by sample in npuopt (the IR fixes batch
-1): the If cases' run data take one branch for every sample (run_range), the Loop cases'
-run data are one sample (a Loop stacks its scan outputs iteration by iteration)."""
+1; a Loop stacks its scan outputs iteration by iteration): the run data are one sample
+(the If cases' in the branch run_range picks)."""
 import numpy as np
 import onnx
 from onnx import TensorProto as T
@@ -124,16 +124,24 @@ def one_sample_runs(rng, shapes, n, value_range, run):
     return uniform_inputs(rng, shapes, 1 if run else n, value_range, run)
 
 
+def many_trips_runs(rng, shapes, n, value_range, run):
+    """As one_sample_runs, the run sample's later columns larger: the trip count
+    argmax([-5, column sums]) is one of the last columns' (more iterations)."""
+    data = one_sample_runs(rng, shapes, n, value_range, run)
+    return [x + np.linspace(0.0, 0.6, x.shape[-1], dtype=np.float32) for x in data] if run else data
+
+
 INPUTS = [tuple(SHAPE[1:])]
 CASES = [
     Case("parser_if_then", "If on sum(x) > 0 (run data: the then branch), its output read by an integer Add",
-         INPUTS, _if_model, run_range=(0.0, 1.0)),
+         INPUTS, _if_model, run_range=(0.0, 1.0), data=one_sample_runs),
     Case("parser_if_else", "If on sum(x) > 0 (run data: the else branch), its output read by an integer Add",
-         INPUTS, _if_model, run_range=(-1.0, 0.0)),
+         INPUTS, _if_model, run_range=(-1.0, 0.0), data=one_sample_runs),
     Case("parser_loop", "Loop of a data-dependent trip count: a carried tensor, a scan output, the counter, "
-         "a value from the model", INPUTS, _loop_model, data=one_sample_runs),
+         "a value from the model", INPUTS, _loop_model, data=many_trips_runs),
     Case("parser_loop_while", "Loop that stops on a condition its body computes: two carried values, a "
          "scalar scan output", INPUTS, _while_model, data=one_sample_runs),
     Case("parser_if_nested", "If in an If's branch (run data: the outer then, the inner else branch), a "
-         "value from the model through both", INPUTS, _nested_model, run_range=(0.0, 0.45)),
+         "value from the model through both", INPUTS, _nested_model, run_range=(0.0, 0.45),
+         data=one_sample_runs),
 ]
