@@ -31,8 +31,7 @@ def _const(name, value, dtype=np.float32):
 
 def _save(nodes, outputs, initializers, path) -> None:
     graph = h.make_graph(nodes, "model", [_value("in0")], outputs, initializer=initializers)
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
-    model.ir_version = 8
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
     onnx.checker.check_model(model)
     onnx.save(model, path)
 
