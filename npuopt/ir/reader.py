@@ -13,7 +13,7 @@ from ..graph import PyGraph, QuantizeGraph
 from ..node import PyNode
 from ..quant import fields
 from ..tensor import PyTensor
-from .sections import SUBGRAPH_KEY, link_subgraphs, split_blocks, split_sections
+from .sections import SUBGRAPH_KEY, link_subgraphs, split_sections
 from .values import ValueSyntaxError, parse_name_list, parse_value
 
 HEADER_KEYS = ("model_name", "layer_number", "input_tensors", "output_tensors")
@@ -26,12 +26,11 @@ STRUCTURE_KEYS = ("layer_id", "layer_name", "layer_type", "layer_bottom", "layer
 
 
 def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=QuantizeGraph) -> PyGraph:
-    """Load an IR, with the subgraph sections its control-flow layers run (ir/sections.py).
-    `bin_path` defaults to the .txt's name with .bin; it may be absent when the graph
-    has no constants."""
+    """Load an IR and the subgraph sections its control-flow layers run (ir/sections.py). `bin_path`
+    defaults to the .txt's name with .bin; it may be absent when the graph has no constants."""
     if bin_path is None:
         bin_path = os.path.splitext(txt_path)[0] + ".bin"
-    (header, layer_blocks), *sections = split_sections(split_blocks(_read_lines(txt_path), txt_path), txt_path)
+    (header, layer_blocks), *sections = split_sections(_split_blocks(_read_lines(txt_path), txt_path), txt_path)
     weights = _Weights(bin_path, txt_path)
     try:
         model_name = header["model_name"][0] if "model_name" in header else "model"
@@ -39,15 +38,12 @@ def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=Quantize
         subgraphs = OrderedDict()
         for sub_header, blocks in sections:
             name = sub_header[SUBGRAPH_KEY][0]
-            if name in subgraphs:
-                raise IRError(f"{txt_path}:{sub_header[SUBGRAPH_KEY][1]}: a second subgraph section is named '{name}'")
             subgraphs[name] = _read_section(graph_cls(name), sub_header, blocks, weights, txt_path,
                                             f"{txt_path}: subgraph '{name}'")
         link_subgraphs(graph, subgraphs, txt_path)
         if _is_quantized_ir(header, graph):
-            for g in [graph] + list(subgraphs.values()):
-                for node in g.nodes:
-                    _deduce_quantized(node)
+            for node in [n for g in [graph, *subgraphs.values()] for n in g.nodes]:
+                _deduce_quantized(node)
     finally:
         weights.close()
     return graph
@@ -83,6 +79,32 @@ def _read_lines(path: str) -> List[str]:
         line = data.count(b"\n", 0, e.start) + 1
         raise IRError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); "
                       f"is this the graph file (.txt) of the IR?") from None
+
+
+def _split_blocks(lines: List[str], path: str) -> List["OrderedDict"]:
+    """The file's blocks of key=value lines (separated by empty lines), each key once."""
+    blocks: List["OrderedDict"] = []
+    current = None
+    for lineno, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped:
+            current = None
+            continue
+        if stripped.startswith("#"):
+            continue
+        key, sep, value = stripped.partition("=")
+        key = key.strip()
+        if not sep or not key or " " in key:
+            raise IRError(f"{path}:{lineno}: cannot parse line '{stripped}' (expected key=value)")
+        if current is None:
+            current = OrderedDict()
+            blocks.append(current)
+        if key in current:
+            raise IRError(f"{path}:{lineno}: key '{key}' appears twice in one block")
+        current[key] = (value.strip(), lineno)
+    if not blocks:
+        raise IRError(f"{path}: the graph file is empty")
+    return blocks
 
 
 def _parse(raw: str, path: str, line: int):

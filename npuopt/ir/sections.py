@@ -15,32 +15,6 @@ from ..logger import OPT_WARN
 SUBGRAPH_KEY = "subgraph_name"
 
 
-def split_blocks(lines: List[str], path: str) -> List["OrderedDict"]:
-    """The file's blocks of key=value lines (separated by empty lines), each key once."""
-    blocks: List["OrderedDict"] = []
-    current = None
-    for lineno, line in enumerate(lines, 1):
-        stripped = line.strip()
-        if not stripped:
-            current = None
-            continue
-        if stripped.startswith("#"):
-            continue
-        key, sep, value = stripped.partition("=")
-        key = key.strip()
-        if not sep or not key or " " in key:
-            raise IRError(f"{path}:{lineno}: cannot parse line '{stripped}' (expected key=value)")
-        if current is None:
-            current = OrderedDict()
-            blocks.append(current)
-        if key in current:
-            raise IRError(f"{path}:{lineno}: key '{key}' appears twice in one block")
-        current[key] = (value.strip(), lineno)
-    if not blocks:
-        raise IRError(f"{path}: the graph file is empty")
-    return blocks
-
-
 def split_sections(blocks: List["OrderedDict"], path: str) -> List[Tuple["OrderedDict", List["OrderedDict"]]]:
     """(header, layer blocks) of the model's section, then of each subgraph section: a
     block without layer keys that follows layers starts a section when it names one."""
@@ -56,10 +30,14 @@ def split_sections(blocks: List["OrderedDict"], path: str) -> List[Tuple["Ordere
             raise IRError(f"{path}:{first_line}: block has no layer_name/layer_type")
         else:
             header.update(block)
+    names = set()
     for header, _ in sections[1:]:
         raw, line = header[SUBGRAPH_KEY]
         if not raw:
             raise IRError(f"{path}:{line}: empty subgraph_name")
+        if raw in names:
+            raise IRError(f"{path}:{line}: a second subgraph section is named '{raw}'")
+        names.add(raw)
         for key in ("input_tensors", "output_tensors"):
             if key not in header:
                 raise IRError(f"{path}: subgraph '{raw}': missing '{key}'")
