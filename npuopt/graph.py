@@ -1,7 +1,7 @@
 """PyGraph: the model, its layers in topological order, and its forward."""
 import math
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 import networkx as nx
 import torch
@@ -9,6 +9,7 @@ import torch
 from .dtype import Dtype
 from .errors import GraphError, NpuoptError
 from .node import PyNode, float_layers_in_float64, float_layers_wide, tops_in_float32
+from .registry import has_data_dependent_shapes
 from .tensor import PyTensor
 
 WORKING_COPIES = 4  # 8-byte copies of a layer's largest tensor that a forward holds at once
@@ -32,6 +33,7 @@ class PyGraph:
         self._last_use: Dict[str, int] = {}
         # whether a batch keeps its samples apart (None: not checked yet; see keeps_samples_apart)
         self.samples_apart: Optional[bool] = None
+        self._data_dependent: Optional[Set[str]] = None  # see data_dependent_tensors
 
     # ---- structure -------------------------------------------------------
     def set_layers(self, nodes: Sequence[PyNode], input_names: Sequence[str],
@@ -79,6 +81,19 @@ class PyGraph:
         for i, node in enumerate(self.nodes):
             for t in node.inputs:
                 self._last_use[t.name] = i
+        self._data_dependent = None
+
+    def data_dependent_tensors(self) -> Set[str]:
+        """The tensors whose shapes follow the data: the tops of the layers whose forward
+        says so (registry.has_data_dependent_shapes: NonZero, Unique...) and every top
+        computed from such a tensor. Their IR shapes are bounds (check_shape)."""
+        if self._data_dependent is None:
+            names: Set[str] = set()
+            for node in self.nodes:  # in topological order
+                if has_data_dependent_shapes(node.type) or any(t.name in names for t in node.inputs):
+                    names.update(t.name for t in node.outputs)
+            self._data_dependent = names
+        return self._data_dependent
 
     @property
     def quantized(self) -> bool:
@@ -188,11 +203,15 @@ class PyGraph:
     def keeps_samples_apart(self) -> bool:
         """Whether each sample's outputs in a batch equal its outputs alone. Parser IRs
         hard-code batch 1 (Reshape shapes, a transposed layout folded into a Reshape) and
-        some cannot run a batch faithfully; checked once, on two random samples."""
+        some cannot run a batch faithfully; checked once, on two random samples. A graph
+        with tensors whose shapes follow the data runs a batch as one, as the tool chain
+        does: such a layer spans the batch (NonZero's indices name the sample, Unique's
+        values are the batch's), and its tops of single samples do not add up to a batch."""
         if self.samples_apart is None:
             self.samples_apart = True  # while checking, batches run as one
             # only an IR of batch 1 (what the parser writes) can have fixed its batch in shapes
-            if all(t.ir_shape and int(t.ir_shape[0]) == 1 for t in self.input_tensors):
+            if not self.data_dependent_tensors() and \
+                    all(t.ir_shape and int(t.ir_shape[0]) == 1 for t in self.input_tensors):
                 self.samples_apart = self._batch_matches_samples()
             if not self.samples_apart:
                 from .logger import OPT_INFO
@@ -249,6 +268,7 @@ class PyGraph:
         self._batch_factor = batched[1].shape[0] / batched[0].ir_shape[0] if batched else 1
         outputs = {t.name for t in self.output_tensors}
         wide = self.computes_float_layers_in_float64 if wide is None else wide
+        bounded = self.data_dependent_tensors() if check_shapes else set()
         with torch.no_grad(), float_layers_in_float64(wide):
             for i, node in enumerate(self.nodes):
                 node.forward()
@@ -256,7 +276,7 @@ class PyGraph:
                     after_node(node)
                 if check_shapes:
                     for t in node.outputs:
-                        _check_shape(node, t, self._batch_factor)
+                        check_shape(node, t, self._batch_factor, t.name in bounded)
                 if not keep_tensors:
                     for t in node.inputs:
                         if self._last_use.get(t.name) == i and t.name not in outputs:
@@ -302,24 +322,34 @@ class QuantizeGraph(PyGraph):
     """The PyGraph that the optimizer calibrates, quantizes and serializes."""
 
 
-DATA_DEPENDENT = "data_dependent_shape"  # PyTensor.attrs key: its first axis follows the data
+ITERATIONS_AXIS = "iterations_axis"  # PyTensor.attrs key: see mark_iterations_axis
 
 
-def mark_data_dependent(t: PyTensor) -> None:
-    """An output whose first axis the data decide (a Loop's scan outputs: one row per
-    iteration run); the IR gives the size the parser assumed, which the forward need not match."""
-    t.attrs[DATA_DEPENDENT] = True
+def mark_iterations_axis(t: PyTensor) -> None:
+    """A Loop's scan output: its first axis counts the iterations run, which the trip count
+    bounds, not the IR's shape (the parser writes the count of its own run of the Loop)."""
+    t.attrs[ITERATIONS_AXIS] = True
 
 
-def _check_shape(node: PyNode, t: PyTensor, batch_factor: float) -> None:
+def check_shape(node: PyNode, t: PyTensor, batch_factor: float, bounded: bool = False) -> None:
     """Shapes must equal the IR's but for one axis that carries the batch: batch_factor
     times the IR's size there (the batch axis, wherever Transpose/Reshape moved or folded
-    it), or the IR's size for batch-free values such as a Constant's; the first axis of a
-    data-dependent tensor (mark_data_dependent) is free."""
+    it), or the IR's size for batch-free values such as a Constant's. A shape that follows
+    the data (`bounded`) must stay within the IR's, taken as a bound of each axis (of the
+    element count where the ranks differ), batch_factor times larger for a larger batch;
+    the first axis of a Loop's scan output is free (mark_iterations_axis)."""
     got = tuple(t.betensor.shape)
     want = tuple(t.ir_shape)
-    if t.attrs.get(DATA_DEPENDENT) and len(got) == len(want):
+    if t.attrs.get(ITERATIONS_AXIS) and len(got) == len(want):
         got, want = got[1:], want[1:]
+    if bounded:
+        grow = max(batch_factor, 1.0)
+        if math.prod(got) <= math.prod(want) * grow and \
+                (len(got) != len(want) or all(g <= w * grow for g, w in zip(got, want))):
+            return
+        raise GraphError(f"layer '{node.name}' ({node.type}): computed shape {list(got)} for tensor "
+                         f"'{t.name}' exceeds the IR's {list(want)} (a shape that follows the data, "
+                         f"bounded by the IR's)")
     if len(got) == len(want):
         differ = [a for a in range(len(want)) if got[a] != want[a]]
         if not differ or (len(differ) == 1 and got[differ[0]] == want[differ[0]] * batch_factor):

@@ -81,6 +81,7 @@ class Registration:
     version: str
     obj: object
     source: str
+    data_dependent_shapes: bool = False  # an op forward whose top shapes follow its input values
 
     @property
     def version_key(self):
@@ -132,9 +133,10 @@ class Registry:
     def _norm(self, key: str) -> str:
         return key.lower() if self.case_insensitive else key
 
-    def add(self, key: str, version, obj, source: str) -> None:
+    def add(self, key: str, version, obj, source: str, data_dependent_shapes: bool = False) -> None:
         # a float version (the Compass Optimizer's decorators default to 1.0) reads as its repr
-        reg = Registration(key, repr(version) if isinstance(version, float) else str(version), obj, source)
+        reg = Registration(key, repr(version) if isinstance(version, float) else str(version), obj, source,
+                           bool(data_dependent_shapes))
         reg.version_key  # validates the version now, naming the file
         regs = self._entries.setdefault(self._norm(key), [])
         if not reg.builtin:
@@ -189,7 +191,7 @@ def _check_optype(optype, source):
         raise PluginError(f"{source}: unknown op type '{optype}'; add it with register_optype('{optype}')")
 
 
-def _op_decorator(registry: Registry, optypes, version):
+def _op_decorator(registry: Registry, optypes, version, **flags):
     """A decorator registering `fn` for one layer type or a list of them."""
     types = list(optypes) if isinstance(optypes, (list, tuple)) else [optypes]
 
@@ -198,15 +200,25 @@ def _op_decorator(registry: Registry, optypes, version):
         for optype in types:
             _check_optype(optype, source)
         for optype in types:
-            registry.add(optype, version, fn, source)
+            registry.add(optype, version, fn, source, **flags)
         return fn
     return deco
 
 
-def op_register(optypes, version="1.0"):
+def op_register(optypes, version="1.0", data_dependent_shapes: bool = False):
     """Register a float/quantized forward function `fn(node, *args)` for a layer type
-    (or a list of them)."""
-    return _op_decorator(OP_FORWARDS, optypes, version)
+    (or a list of them). `data_dependent_shapes=True` says that its tops' shapes follow
+    the values of its inputs (NonZero's count of nonzeros, Unique's distinct values):
+    the IR's top shapes are then bounds, not shapes (has_data_dependent_shapes)."""
+    return _op_decorator(OP_FORWARDS, optypes, version, data_dependent_shapes=data_dependent_shapes)
+
+
+def has_data_dependent_shapes(optype: str) -> bool:
+    """Whether the forward that runs for `optype` (the winning registration) gives tops
+    whose shapes follow its input values, within the IR's top shapes taken as bounds
+    (docs/architecture.md, "Shapes that follow the data")."""
+    reg = OP_FORWARDS.best(optype)
+    return reg is not None and reg.data_dependent_shapes
 
 
 def quant_register(optypes, version="1.0"):

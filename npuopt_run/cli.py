@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", "--batch", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
                    help=f"samples run at once (default {DEFAULT_BATCH_SIZE}); inputs are read and outputs "
                         f"written batch by batch, so memory follows the model and N, not the number of "
-                        f"samples; results do not depend on N")
+                        f"samples; results do not depend on N (a model with shapes that follow the data, "
+                        f"whose layers span the batch, runs all its samples at once)")
     p.add_argument("--verbose", "-v", action="store_true", help="print the traceback on errors")
     return p
 
@@ -88,8 +89,9 @@ def run(args) -> None:
             raise RefrunError(f"the input files hold different numbers of samples ({counts})")
         total = samples.pop() if samples else 1
         writer.begin(runner)
-        for start in range(0, total, args.batch_size):
-            batch = [source.rows(start, start + args.batch_size) for source in sources]
+        size = total if runner.bounded else args.batch_size  # NonZero, Unique... span the batch
+        for start in range(0, total, size):
+            batch = [source.rows(start, start + size) for source in sources]
             runner.stream(runner.prepare_inputs(batch, args.integer_input), writer.wanted, writer.add)
         writer.publish()
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import intmath, minifloat
 from .errors import RefrunError
 from .irfile import DType, Layer, Model
-from .ops import DATA_DEPENDENT_FIRST_AXIS, OPS
+from .ops import ITERATIONS_FIRST_AXIS, OPS
 
 
 @dataclass
@@ -139,6 +139,16 @@ def last_reads(order: List[Layer]) -> List[List[str]]:
     return done
 
 
+def data_dependent(order: List[Layer]) -> Set[str]:
+    """The tensors whose shapes follow the data: the tops of layer types that say so
+    (Op.data_dependent_shapes) and every top computed from such a tensor."""
+    names: Set[str] = set()
+    for layer in order:
+        if (layer.type in OPS and OPS[layer.type].data_dependent_shapes) or any(b in names for b in layer.bottoms):
+            names.update(layer.tops)
+    return names
+
+
 def _samples(x: np.ndarray, batch: int, start: int, n: int) -> np.ndarray:
     """Samples start..start+n of a batched input; an input of its own batch whole."""
     return x[start:start + n] if x.ndim and x.shape[0] == batch else x
@@ -151,7 +161,9 @@ class Runner:
         self.order = topological(model)
         self.integer = {layer.name: computes_in_integers(layer, self.infos) for layer in self.order}
         self.last_read = last_reads(self.order)
-        self._batchable: Optional[bool] = None
+        self.bounded = data_dependent(self.order)
+        # a batch of a graph whose shapes follow the data runs as one, as the tool chain runs it
+        self._batchable: Optional[bool] = True if self.bounded else None
         if not model.subgraph:  # a subgraph section holds the float layers of a control-flow layer
             self._check_quantized()
         for layer in self.order:  # If/Loop run the subgraph sections their params name
@@ -340,18 +352,31 @@ class Runner:
             raise layer.error(f"{type(e).__name__}: {e}") from e
 
     def _check(self, layer: Layer, info: TensorInfo, out: np.ndarray, batches) -> np.ndarray:
-        """The runner's own consistency check: IR shape (batch scaled; a Loop's scan outputs
-        count the iterations run on their first axis) and dtype range. Float tops take their
-        type's values but in a subgraph section, whose float16 tops hold float32 values (the
-        tool chain runs subgraphs without fitting tensors to their dtypes)."""
+        """The runner's own consistency check: IR shape (batch scaled; a bound where the
+        shape follows the data; a Loop's scan outputs count the iterations run on their
+        first axis, which the IR does not bound) and dtype range."""
         batch, ir_batch = batches
         want = [int(d) for d in info.shape]
-        first = 1 if layer.type in DATA_DEPENDENT_FIRST_AXIS and out.ndim == len(want) else 0
-        differ = [a for a in range(first, len(want)) if out.ndim == len(want) and out.shape[a] != want[a]]
+        shape = list(out.shape)
+        if layer.type in ITERATIONS_FIRST_AXIS and out.ndim == len(want):
+            shape, want = shape[1:], want[1:]
+        if info.name in self.bounded:
+            grow = max(batch / ir_batch, 1) if ir_batch else 1
+            fits = int(np.prod(shape)) <= int(np.prod(want)) * grow and \
+                (len(shape) != len(want) or all(g <= w * grow for g, w in zip(shape, want)))
+            if not fits:
+                raise layer.error(f"computed shape {list(out.shape)} for '{info.name}' exceeds the IR's "
+                                  f"{list(info.shape)} (a shape that follows the data, bounded by the IR's)")
+            return self._check_values(layer, info, out)
+        differ = [a for a in range(len(want)) if len(shape) == len(want) and shape[a] != want[a]]
         # the batch scales one axis (0, or where Transpose/Reshape put it); constants keep batch 1
-        batch_axis_ok = len(differ) == 1 and ir_batch and out.shape[differ[0]] * ir_batch == want[differ[0]] * batch
-        if out.ndim != len(want) or (differ and not batch_axis_ok):
+        batch_axis_ok = len(differ) == 1 and ir_batch and shape[differ[0]] * ir_batch == want[differ[0]] * batch
+        if len(shape) != len(want) or (differ and not batch_axis_ok):
             raise layer.error(f"computed shape {list(out.shape)} for '{info.name}', the IR says {list(info.shape)}")
+        return self._check_values(layer, info, out)
+
+    def _check_values(self, layer: Layer, info: TensorInfo, out: np.ndarray) -> np.ndarray:
+        """An integer top within its dtype's range (as int64), a float one as its type holds it."""
         if info.is_int:
             if not self.integer[layer.name] and out.dtype.kind in "biu":
                 out = out.astype(np.int64)  # a float layer's integer top (a comparison's 0/1, indices)

@@ -141,7 +141,7 @@ BAD_IRS = [
                                    "layer_bottom_shape=[[],[],[],[1]]\nlayer_bottom_type=[float32,uint8,int32,float32]",
                                    "layer_bottom=[vmax_post_reshape_0,cond_in_0,iter_0]\n"
                                    "layer_bottom_shape=[[],[],[]]\nlayer_bottom_type=[float32,uint8,int32]"),
-     ["layer 'vmax_post_dummy' (Dummy)", "3 inputs for 4 outputs"]),
+     ["layer 'vmax_post_dummy' (Dummy)", "3 inputs for 4 tops"]),
 ]
 
 

@@ -10,8 +10,9 @@ import torch
 
 from ..dtype import Dtype
 from ..errors import GraphError
-from ..graph import QuantizeGraph
+from ..graph import QuantizeGraph, check_shape
 from ..node import PyNode
+from ..registry import has_data_dependent_shapes
 from ..tensor import PyTensor
 
 
@@ -38,7 +39,11 @@ class GraphBuilder:
         """Add a layer; returns its top tensor names (default: the layer's name).
 
         `top_shapes` is only for layers whose forward reads its output's IR
-        shape (Resize); other layers' shapes are computed."""
+        shape (Resize), and for layers whose top shapes follow the data
+        (registry.has_data_dependent_shapes): there they are the bounds the IR
+        states, and the example value is zero-filled up to them, so that the
+        layers after it compute their bounds too (as the tool chain's parser
+        infers shapes from its largest example); other layers' shapes are computed."""
         node = PyNode(name, optype)
         node.params = OrderedDict(params or {})
         for cname, value in (constants or {}).items():
@@ -56,9 +61,14 @@ class GraphBuilder:
             t.ir_shape = tuple(shape)
         with torch.no_grad():
             node.forward()
+        bounded = top_shapes is not None and has_data_dependent_shapes(optype)
         for t in node.outputs:
             t.dtype = _dtype_of(t.betensor)
-            t.ir_shape = tuple(t.betensor.shape)
+            if bounded:
+                check_shape(node, t, 1.0, bounded=True)
+                t.betensor = _zero_filled(t.betensor, t.ir_shape)
+            else:
+                t.ir_shape = tuple(t.betensor.shape)
         self._append(node)
         return list(tops)
 
@@ -73,6 +83,14 @@ class GraphBuilder:
                 raise GraphError(f"layer '{node.name}': tensor '{t.name}' already exists")
             self.tensors[t.name] = t
         self.nodes.append(node)
+
+
+def _zero_filled(value: torch.Tensor, bound) -> torch.Tensor:
+    """value zero-filled at the end of each axis up to `bound` (of the same rank; else as it is)."""
+    if value.dim() != len(bound):
+        return value
+    pads = [p for d, b in zip(reversed(value.shape), reversed(bound)) for p in (0, int(b) - d)]
+    return torch.nn.functional.pad(value, pads)
 
 
 _TORCH_TO_DTYPE = {

@@ -9,20 +9,22 @@ outputs, each body output 1+N+k of every iteration stacked along the first axis
 (torch.vstack: a scalar becomes a row). Zero iterations (as in ONNX; the tool chain's
 forward cannot run them) give the carried inputs and empty scan outputs.
 
-A scan output's first axis counts the iterations run: its shape depends on the data
-(the parser writes it for loop_default_count iterations).
+A scan output's first axis counts the iterations run: the shapes follow the data (a
+graph with a Loop runs a batch as one, as the tool chain does; registry
+has_data_dependent_shapes), and the IR does not bound that axis (the parser writes it
+for loop_default_count iterations, its own run's; graph.mark_iterations_axis).
 
 No quantize function: the tool chain keeps Loop and its body in float (in a quantized
 graph in the cfg's float mode, float16 by default), as npuopt does."""
 import torch
 
 from ..errors import IRError
-from ..graph import mark_data_dependent
+from ..graph import mark_iterations_axis
 from ..registry import OpType, op_register
 from ._subgraph import count_param, one_value, run, subgraph
 
 
-@op_register(OpType.Loop, "1.0")
+@op_register(OpType.Loop, "1.0", data_dependent_shapes=True)
 def loop_forward(self, *args):
     carried, scans = count_param(self, "dependency_inputs_num"), count_param(self, "scan_outputs_num")
     if len(self.inputs) < 2 + carried or len(self.outputs) != carried + scans:
@@ -49,5 +51,5 @@ def loop_forward(self, *args):
         t.betensor = v
     for t, parts in zip(self.outputs[carried:], stacked):
         t.betensor = torch.vstack(parts) if parts else torch.zeros((0,) + tuple(t.ir_shape[1:]))
-        mark_data_dependent(t)
+        mark_iterations_axis(t)
     return [t.betensor for t in self.outputs]

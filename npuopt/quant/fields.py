@@ -181,10 +181,11 @@ def _int_or_tensor(v, node, what):
 @dataclass
 class BranchRescales:
     """One multiplier per branch (and for Eltwise one for the output first), shifts
-    either one common value or one per branch."""
+    either one common value or one per branch; the multipliers' type one for all, or
+    one per multiplier (as ScatterND's `scale_type` lists them)."""
     multipliers: List[IntOrTensor]
     shifts: Union[IntOrTensor, List[IntOrTensor]]
-    multiplier_type: Dtype = Dtype.UINT16
+    multiplier_type: Union[Dtype, List[Dtype]] = Dtype.UINT16
     shift_types: Union[Dtype, List[Dtype]] = SHIFT_DTYPE
 
     def write(self, node) -> None:
@@ -192,9 +193,10 @@ class BranchRescales:
             node.params.pop(k, None)
             node.constants.pop(k, None)
         per_channel = any(isinstance(m, torch.Tensor) and m.numel() > 1 for m in self.multipliers)
+        types = self.multiplier_type if isinstance(self.multiplier_type, list) \
+            else [self.multiplier_type] * len(self.multipliers)
         if per_channel:
-            set_constant(node, "scale", torch.stack([torch.as_tensor(m) for m in self.multipliers]),
-                         self.multiplier_type)
+            set_constant(node, "scale", torch.stack([torch.as_tensor(m) for m in self.multipliers]), types[0])
             shifts = torch.stack([torch.as_tensor(s) for s in self.shifts]) if isinstance(self.shifts, list) \
                 else torch.as_tensor(self.shifts)
             set_constant(node, "shift", shifts, self.shift_types if isinstance(self.shift_types, Dtype)
@@ -203,7 +205,7 @@ class BranchRescales:
         node.params["scale_value"] = [int(m) for m in self.multipliers]
         node.params["shift_value"] = [int(s) for s in self.shifts] if isinstance(self.shifts, list) \
             else int(self.shifts)
-        node.params["scale_type"] = [self.multiplier_type.value] * len(self.multipliers)
+        node.params["scale_type"] = [t.value for t in types]
         node.params["shift_type"] = [t.value for t in self.shift_types] if isinstance(self.shift_types, list) \
             else self.shift_types.value
 

@@ -2,7 +2,9 @@
 type. A layer that computes in integers (runner.computes_in_integers, the tool
 chain's rule) runs the integer forward; a layer left in float (mixed precision)
 runs the float one. `reads_other_kind` marks the boundary layers (Quantize reads
-floats, DeQuantize integers). Every module of this package that defines FLOAT and
+floats, DeQuantize integers); `data_dependent_shapes` the layers whose top shapes follow
+their input values (a module's DATA_DEPENDENT_SHAPES): the IR's top shapes are bounds
+there. Every module of this package that defines FLOAT and
 INT (dicts layer type -> forward) joins the table: a new op family is a new file."""
 import importlib
 import pkgutil
@@ -15,6 +17,7 @@ class Op:
     float_fn: Optional[Callable]
     int_fn: Optional[Callable]
     reads_other_kind: bool = False
+    data_dependent_shapes: bool = False
 
 
 def _table(*modules) -> Dict[str, Op]:
@@ -22,7 +25,8 @@ def _table(*modules) -> Dict[str, Op]:
     floats = {k: v for m in modules for k, v in m.FLOAT.items()}
     ints = {k: v for m in modules for k, v in m.INT.items()}
     reads_other_kind = set().union(*(getattr(m, "READS_OTHER_KIND", ()) for m in modules))
-    table = {t: Op(floats.get(t), ints.get(t), t in reads_other_kind) for t in types}
+    from_data = set().union(*(getattr(m, "DATA_DEPENDENT_SHAPES", ()) for m in modules))
+    table = {t: Op(floats.get(t), ints.get(t), t in reads_other_kind, t in from_data) for t in types}
     table["Input"] = Op(None, None)  # the runner feeds inputs itself
     return table
 
@@ -33,5 +37,6 @@ def _op_modules():
 
 
 OPS = _table(*_op_modules())
-# layer types whose tops' first axis the data decide (a Loop's scan outputs: one row per iteration)
-DATA_DEPENDENT_FIRST_AXIS = frozenset().union(*(getattr(m, "DATA_DEPENDENT_FIRST_AXIS", ()) for m in _op_modules()))
+# layer types whose tops' first axis counts the iterations they ran (a Loop's scan outputs), which
+# the IR's shape does not bound (a module's ITERATIONS_FIRST_AXIS)
+ITERATIONS_FIRST_AXIS = frozenset().union(*(getattr(m, "ITERATIONS_FIRST_AXIS", ()) for m in _op_modules()))

@@ -1,6 +1,6 @@
 """Control flow: If and Loop run the subgraph sections their params name (the runner
-gives each layer `subgraph_runs`: param -> a run of that section on a list of values);
-Dummy hands its inputs on. The tool chain keeps If, Loop and their sections in float.
+gives each layer `subgraph_runs`: param -> a run of that section on a list of values).
+The tool chain keeps If, Loop and their sections in float.
 
 If: input 0 (one value) picks then_branch (nonzero: inputs 1..then_branch_inputs_num)
 or else_branch (the else_branch_inputs_num inputs after those); its tops are the
@@ -10,12 +10,15 @@ output 0) is nonzero, the body runs on [i, condition, the dependency_inputs_num 
 values, the other inputs unchanged]; its outputs 1..N are the next carried values, its
 outputs N+1.. are stacked over the iterations (np.vstack: a scalar becomes a row). The
 tops: the carried values after the last iteration (the inputs after none), then the
-stacked scan outputs (empty after none), whose first axis counts the iterations."""
+stacked scan outputs (empty after none), whose first axis counts the iterations: the
+shapes follow the data (a graph with a Loop runs a batch as one, as the tool chain does),
+and the IR does not bound that axis (the parser writes the count of its own run)."""
 from typing import List
 
 import numpy as np
 
-DATA_DEPENDENT_FIRST_AXIS = ("Loop",)
+DATA_DEPENDENT_SHAPES = ("Loop",)
+ITERATIONS_FIRST_AXIS = ("Loop",)
 
 
 def _count(layer, key: str) -> int:
@@ -73,11 +76,5 @@ def loop_float(layer, xs, infos):
     return feed[2:2 + carried] + stacked
 
 
-def dummy(layer, xs, infos):
-    if len(layer.tops) > len(xs):
-        raise layer.error(f"hands input i on as top i, but has {len(xs)} inputs for {len(layer.tops)} tops")
-    return xs[:len(layer.tops)]
-
-
-FLOAT = {"If": if_float, "Loop": loop_float, "Dummy": dummy}
-INT = {"Dummy": dummy}
+FLOAT = {"If": if_float, "Loop": loop_float}
+INT = {}
