@@ -6,10 +6,10 @@ an If's branch; the parser fails on a Loop in an If's branch and writes an If in
 body with no branch inputs (then_branch_inputs_num=0, the values it reads left out),
 which neither the tool chain nor npuopt can run.
 
-A condition or a trip count of the whole batch (the model reduces over the batch axis)
-runs the batch as one in the tool chain, sample by sample in npuopt (the IR fixes batch
-1; a Loop stacks its scan outputs iteration by iteration): the run data are one sample
-(the If cases' in the branch run_range picks)."""
+An If's condition of the whole batch (the model reduces over the batch axis) runs the
+batch as one in the tool chain, sample by sample in npuopt (the IR fixes batch 1): the
+If cases' run data are one sample, in the branch run_range picks. A graph with a Loop
+runs a batch as one in both (its shapes follow the data)."""
 import numpy as np
 import onnx
 from onnx import TensorProto as T
@@ -124,9 +124,9 @@ def one_sample_runs(rng, shapes, n, value_range, run):
 
 
 def many_trips_runs(rng, shapes, n, value_range, run):
-    """As one_sample_runs, the run sample's later columns larger: the trip count
-    argmax([-5, column sums]) is one of the last columns' (more iterations)."""
-    data = one_sample_runs(rng, shapes, n, value_range, run)
+    """Run data whose later columns are larger: the trip count argmax([-5, column sums])
+    is one of the last columns' (more iterations)."""
+    data = uniform_inputs(rng, shapes, n, value_range, run)
     return [x + np.linspace(0.0, 0.6, x.shape[-1], dtype=np.float32) for x in data] if run else data
 
 
@@ -139,7 +139,7 @@ CASES = [
     Case("parser_loop", "Loop of a data-dependent trip count: a carried tensor, a scan output, the counter, "
          "a value from the model", INPUTS, _loop_model, data=many_trips_runs),
     Case("parser_loop_while", "Loop that stops on a condition its body computes: two carried values, a "
-         "scalar scan output", INPUTS, _while_model, data=one_sample_runs),
+         "scalar scan output", INPUTS, _while_model),
     Case("parser_if_nested", "If in an If's branch (run data: the outer then, the inner else branch), a "
          "value from the model through both", INPUTS, _nested_model, run_range=(0.0, 0.45),
          data=one_sample_runs),
