@@ -1,11 +1,10 @@
-"""What the control-flow layers (If, Loop) share: their subgraphs' sizes checked against
-their params as one-line IRErrors, and a subgraph run on the values they feed it.
+"""What the control-flow layers (If, Loop) share: their subgraphs' sizes and their
+condition and count inputs checked against their params as one-line IRErrors (they run
+a subgraph with PyGraph.run_subgraph).
 
 The tool chain keeps these layers and the subgraphs they run in float (quantized
 graphs: in the cfg's float mode, float16 by default; quant/settings.py), so they have
 no quantize function and no integer forward."""
-from typing import List
-
 import torch
 
 from ..errors import IRError
@@ -34,7 +33,3 @@ def subgraph(node, key: str, inputs: int, outputs: int, what: str):
                           f"give {want}")
     return sg
 
-
-def run(sg, values: List[torch.Tensor]) -> List[torch.Tensor]:
-    """The subgraph's outputs on `values` (its layers' own tensors keep nothing of them)."""
-    return sg.run_subgraph(list(values))

@@ -21,7 +21,7 @@ import torch
 from ..errors import IRError
 from ..graph import mark_iterations_axis
 from ..registry import OpType, op_register
-from ._subgraph import count_param, one_value, run, subgraph
+from ._subgraph import count_param, one_value, subgraph
 
 
 @op_register(OpType.Loop, "1.0", data_dependent_shapes=True)
@@ -40,8 +40,8 @@ def loop_forward(self, *args):
     stacked = [[] for _ in range(scans)]
     i = 0
     while i < trips and bool(cond != 0):
-        feed[0] = torch.full(feed[0].shape, i, dtype=iteration)
-        outs = run(body, feed)
+        feed[0] = torch.full(feed[0].shape, i, dtype=iteration, device=feed[0].device)
+        outs = body.run_subgraph(feed)
         cond = one_value(self, body.output_tensors[0], "the body's condition")
         feed = feed[:1] + outs[:1 + carried] + feed[2 + carried:]
         for k in range(scans):
