@@ -380,6 +380,8 @@ class Runner:
         if info.is_int:
             if not self.integer[layer.name] and out.dtype.kind in "biu":
                 out = out.astype(np.int64)  # a float layer's integer top (a comparison's 0/1, indices)
+            elif not self.integer[layer.name] and out.dtype.kind == "f":  # a float Add of two counts
+                out = np.trunc(np.clip(out, info.dtype.qmin, info.dtype.qmax)).astype(np.int64)  # as the tool chain fits it
             if out.dtype != np.int64:
                 raise layer.error(f"integer forward returned {out.dtype} for '{info.name}'")
             if out.size and (out.min() < info.dtype.qmin or out.max() > info.dtype.qmax):

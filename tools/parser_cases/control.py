@@ -12,6 +12,7 @@ If cases' run data are one sample, in the branch run_range picks. A graph with a
 runs a batch as one in both (its shapes follow the data)."""
 import numpy as np
 import onnx
+import torch
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
@@ -118,6 +119,44 @@ def _nested_model(rng, path):
     _save(nodes, [_value("out0")], [_const("zero", 0.0)], path)
 
 
+class ScriptedIf(torch.nn.Module):
+    """What torch.jit.script makes of Python control flow: an If on the convolution's mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if bool(y.mean() > 0):
+            z = torch.relu(y) * 2.0
+        else:
+            z = torch.sigmoid(y) - 0.5
+        return z + 1.0
+
+
+class ScriptedLoop(torch.nn.Module):
+    """A Python for loop of a count the data decide, int(mean > 0) + 2 (an integer Add)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        acc = y
+        for _ in range(int(y.mean() > 0) + 2):
+            acc = torch.tanh(acc * 0.5 + y)
+        return acc * 2.0
+
+
+def _scripted(module_cls):
+    def build(rng, path):
+        torch.onnx.export(torch.jit.script(module_cls()), (torch.zeros(1, 3, 8, 8),), path, input_names=["in0"],
+                          output_names=["out0"], opset_version=13, dynamo=False)
+    return build
+
+
 def one_sample_runs(rng, shapes, n, value_range, run):
     """Calibration data as usual, run data of one sample (see the module doc)."""
     return uniform_inputs(rng, shapes, 1 if run else n, value_range, run)
@@ -140,6 +179,10 @@ CASES = [
          "a value from the model", INPUTS, _loop_model, data=many_trips_runs),
     Case("parser_loop_while", "Loop that stops on a condition its body computes: two carried values, a "
          "scalar scan output", INPUTS, _while_model),
+    Case("parser_if_script", "If of a torch.jit.script module (torch.onnx.export): the convolution's mean "
+         "picks a branch", [(3, 8, 8)], _scripted(ScriptedIf), data=one_sample_runs),
+    Case("parser_loop_script", "Loop of a torch.jit.script module: a for loop of a count the data decide",
+         [(3, 8, 8)], _scripted(ScriptedLoop)),
     Case("parser_if_nested", "If in an If's branch (run data: the outer then, the inner else branch), a "
          "value from the model through both", INPUTS, _nested_model, run_range=(0.0, 0.45),
          data=one_sample_runs),
