@@ -119,12 +119,16 @@ def _nested_model(rng, path):
     _save(nodes, [_value("out0")], [_const("zero", 0.0)], path)
 
 
-class ScriptedIf(torch.nn.Module):
-    """What torch.jit.script makes of Python control flow: an If on the convolution's mean."""
+class _ConvFirst(torch.nn.Module):
+    """A convolution, then the control flow of a subclass."""
 
     def __init__(self):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+
+class ScriptedIf(_ConvFirst):
+    """What torch.jit.script makes of Python control flow: an If on the convolution's mean."""
 
     def forward(self, x):
         y = self.conv(x)
@@ -135,12 +139,8 @@ class ScriptedIf(torch.nn.Module):
         return z + 1.0
 
 
-class ScriptedLoop(torch.nn.Module):
+class ScriptedLoop(_ConvFirst):
     """A Python for loop of a count the data decide, int(mean > 0) + 2 (an integer Add)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
 
     def forward(self, x):
         y = self.conv(x)
