@@ -13,6 +13,8 @@ Quantized, as the tool chain (D = q_d + zp_d, U = q_u + zp_u; docs/ir-ops.md):
   to 16 bits, then for each index in order (along `axis` first): the product with U in
   int32, halved until it fits 16 bits (h times), times M_1, shifted right by s_1 - h;
   the result clamped into the top (no zero point)."""
+import math
+
 import torch
 
 from ..errors import IRError
@@ -21,7 +23,7 @@ from ..quant import tensors as QT
 from ..quant.fields import BranchRescales, multiplier_dtype, shift_dtype
 from ..registry import OpType, op_register, quant_register
 from ._movement import axis_of, integers, set_output
-from ._scatter import quantize_top, reduction, write_add_like, mul_rescales
+from ._scatter import mul_rescales, quantize_top, reduction, write_add_like
 
 REDUCE = {"ADD": "sum", "MUL": "prod", "MAX": "amax", "MIN": "amin"}
 MUL_MULTIPLIER_BITS = 14
@@ -66,7 +68,7 @@ def _pairs(idx: torch.Tensor, axis: int, data_shape, updates_shape):
     dest[:, axis] = idx.cpu()[tuple(coords.T)]
 
     def flat(c, shape):
-        strides = torch.tensor([int(torch.tensor(shape[a + 1:]).prod()) for a in range(len(shape))])
+        strides = torch.tensor([math.prod(shape[a + 1:]) for a in range(len(shape))])
         return (c * strides).sum(1).tolist()
     return zip(flat(dest, data_shape), flat(coords, updates_shape))
 

@@ -24,7 +24,7 @@ from ..quant.fields import BranchRescales, multiplier_dtype, shift_dtype
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ._movement import integers, set_output
-from ._scatter import quantize_top, reduction, write_add_like, mul_rescales
+from ._scatter import mul_rescales, quantize_top, reduction, write_add_like
 
 COMBINE = {"NONE": lambda a, b: b, "ADD": torch.add, "MUL": torch.mul, "MAX": torch.maximum, "MIN": torch.minimum}
 
@@ -48,10 +48,15 @@ def _tuples(node):
 
 
 def _rescale(node, x: torch.Tensor, multiplier: int, shift: int, zp, lo, hi) -> torch.Tensor:
-    """The top's rounding: to nearest for 8-bit tops, down (a shift) for wider ones."""
+    """The top's rounding: to nearest for 8-bit tops (qmath.requantize); for wider ones
+    clamp(floor(round(x * M) * 2^-shift) - zp): the product rounded in float64, then an
+    arithmetic shift (a left one when negative), the tool chain's rescale of this layer
+    alone. A float64 tensor holding integers."""
     if node.outputs[0].qbits <= 8:
         return qmath.requantize(x, multiplier, shift, zp, lo, hi)
-    return qmath.requantize_floor(x, multiplier, shift, zp, lo, hi)
+    y = torch.round(x.to(torch.float64) * float(multiplier)).to(torch.int64)
+    y = y >> int(shift) if shift >= 0 else y << -int(shift)
+    return (y - int(zp)).clamp_(int(lo), int(hi)).to(torch.float64)
 
 
 def _quantized(node, method: str) -> torch.Tensor:
@@ -64,9 +69,9 @@ def _quantized(node, method: str) -> torch.Tensor:
                       f"with 'shift_value' {want}")
     m_out, m_d, m_u = br.multipliers
     lo, hi = (-(1 << 31), (1 << 31) - 1) if out.dtype.is_signed else (0, (1 << 32) - 1)
-    y = QT.shifted(data, torch.int64) * m_d
+    y = QT.shifted(data).to(torch.int64) * m_d
     tuples, slices = _tuples(node)
-    u = QT.shifted(updates, torch.int64).reshape(slices.shape) * m_u
+    u = QT.shifted(updates).to(torch.int64).reshape(slices.shape) * m_u
     for i, position in enumerate(tuples):
         at = tuple(position)
         if method == "MUL":

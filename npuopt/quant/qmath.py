@@ -103,16 +103,6 @@ def requantize(x: torch.Tensor, multiplier, shift, zp, qmin, qmax, out: torch.Te
     return torch.clamp(y, _f64(qmin, dev), _f64(qmax, dev), out=y)
 
 
-def requantize_floor(x: torch.Tensor, multiplier: int, shift: int, zp, qmin, qmax) -> torch.Tensor:
-    """clamp(floor(round_half_even(x * M) * 2^-shift) - zp, qmin, qmax) (a float64 tensor
-    holding integers): the product rounded in float64 (exact while |x * M| < 2^53), the
-    shift an arithmetic one (a floor; negative: a left shift). The tool chain's cheaper
-    rescale of some 16-bit layers (ScatterND)."""
-    y = torch.round(x.to(torch.float64) * float(multiplier)).to(torch.int64)
-    y = y >> int(shift) if shift >= 0 else y << -int(shift)
-    return (y - int(zp)).clamp_(int(qmin), int(qmax)).to(torch.float64)
-
-
 def _scalar(v) -> bool:
     return not isinstance(v, torch.Tensor) or v.numel() == 1
 

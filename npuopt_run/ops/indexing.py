@@ -4,8 +4,8 @@ integers (NonZero and Filter's selector test them for zero as stored, as the too
 does); values move unchanged, indices and counts are plain integers.
 
 NonZero, Unique, Compress, Shape and Filter give tops whose shapes (or, for Shape and
-Filter, the sizes and counts later layers may take as shapes) follow the data: the runner checks them against the IR's shapes as
-bounds, and runs a batch of such a model as one."""
+Filter, the sizes and counts later layers may take as shapes) follow the data: the runner
+checks them against the IR's shapes as bounds, and runs a batch of such a model as one."""
 import numpy as np
 
 from .stage import int_param

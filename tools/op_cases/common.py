@@ -23,6 +23,7 @@ class Case:
     run_range: Tuple[float, float] = (-1.0, 1.0)
     data: Callable = None                    # data(rng, shapes, n, value_range, run) -> arrays; default uniform
     parser: Dict[str, str] = field(default_factory=dict)  # parser cases: more [Common] fields of parser.cfg
+    run_samples: int = 4                     # samples of in*.npy; 1 where the IR addresses batch 1 in constants
 
 
 # ---- layer helpers -------------------------------------------------------------
@@ -74,7 +75,6 @@ def uniform_inputs(rng, shapes, n, value_range, run):
 
 # ---- a case's folder besides its IR ----------------------------------------------
 CALIB_SAMPLES = 8
-RUN_SAMPLES = 4
 
 CFG = """\
 # Op test {name}: {doc}.
@@ -113,7 +113,7 @@ def write_case_data(folder: str, case, rng, writer: str = "gen_op_tests.py") -> 
     name = os.path.basename(folder)
     data = case.data or uniform_inputs
     calib = data(rng, case.inputs, CALIB_SAMPLES, case.calib_range, False)
-    run = data(rng, case.inputs, RUN_SAMPLES, case.run_range, True)
+    run = data(rng, case.inputs, case.run_samples, case.run_range, True)
     if len(case.inputs) == 1:
         np.save(os.path.join(folder, "calib.npy"), calib[0])
         dataset, ext = "NumpyDataset", "npy"
