@@ -8,8 +8,8 @@ which neither the tool chain nor npuopt can run.
 
 An If's condition of the whole batch (the model reduces over the batch axis) runs the
 batch as one in the tool chain, sample by sample in npuopt (the IR fixes batch 1): the
-If cases' run data are one sample, in the branch run_range picks. A graph with a Loop
-runs a batch as one in both (its shapes follow the data)."""
+If cases' run data are one sample (run_samples), in the branch run_range picks. A graph
+with a Loop runs a batch as one in both (its shapes follow the data)."""
 import numpy as np
 import onnx
 import torch
@@ -157,11 +157,6 @@ def _scripted(module_cls):
     return build
 
 
-def one_sample_runs(rng, shapes, n, value_range, run):
-    """Calibration data as usual, run data of one sample (see the module doc)."""
-    return uniform_inputs(rng, shapes, 1 if run else n, value_range, run)
-
-
 def many_trips_runs(rng, shapes, n, value_range, run):
     """Run data whose later columns are larger: the trip count argmax([-5, column sums])
     is one of the last columns' (more iterations)."""
@@ -172,18 +167,17 @@ def many_trips_runs(rng, shapes, n, value_range, run):
 INPUTS = [tuple(SHAPE[1:])]
 CASES = [
     Case("parser_if_then", "If on sum(x) > 0 (run data: the then branch), its output read by an integer Add",
-         INPUTS, _if_model, run_range=(0.0, 1.0), data=one_sample_runs),
+         INPUTS, _if_model, run_range=(0.0, 1.0), run_samples=1),
     Case("parser_if_else", "If on sum(x) > 0 (run data: the else branch), its output read by an integer Add",
-         INPUTS, _if_model, run_range=(-1.0, 0.0), data=one_sample_runs),
+         INPUTS, _if_model, run_range=(-1.0, 0.0), run_samples=1),
     Case("parser_loop", "Loop of a data-dependent trip count: a carried tensor, a scan output, the counter, "
          "a value from the model", INPUTS, _loop_model, data=many_trips_runs),
     Case("parser_loop_while", "Loop that stops on a condition its body computes: two carried values, a "
          "scalar scan output", INPUTS, _while_model),
     Case("parser_if_script", "If of a torch.jit.script module (torch.onnx.export): the convolution's mean "
-         "picks a branch", [(3, 8, 8)], _scripted(ScriptedIf), data=one_sample_runs),
+         "picks a branch", [(3, 8, 8)], _scripted(ScriptedIf), run_samples=1),
     Case("parser_loop_script", "Loop of a torch.jit.script module: a for loop of a count the data decide",
          [(3, 8, 8)], _scripted(ScriptedLoop)),
     Case("parser_if_nested", "If in an If's branch (run data: the outer then, the inner else branch), a "
-         "value from the model through both", INPUTS, _nested_model, run_range=(0.0, 0.45),
-         data=one_sample_runs),
+         "value from the model through both", INPUTS, _nested_model, run_range=(0.0, 0.45), run_samples=1),
 ]
