@@ -8,7 +8,7 @@ import torch
 
 from .dtype import Dtype
 from .errors import GraphError, NpuoptError
-from .node import PyNode, float_layers_in_float64
+from .node import PyNode, float_layers_in_float64, float_layers_wide, tops_in_float32
 from .registry import has_data_dependent_shapes
 from .tensor import PyTensor
 
@@ -115,6 +115,22 @@ class PyGraph:
     def tensors(self) -> List[PyTensor]:
         return [t for node in self.nodes for t in node.outputs]
 
+    @property
+    def subgraph_map(self) -> Dict[str, "PyGraph"]:
+        """Every subgraph its layers run (If's branches, Loop's body), nested ones too, by
+        name, in the order a walk of the layers first meets them: the IR's subgraph
+        sections, in the order they are written (the Compass Optimizer's name)."""
+        found: Dict[str, PyGraph] = OrderedDict()
+
+        def walk(graph):
+            for node in graph.nodes:
+                for sg in node.subgraphs.values():
+                    if sg.name not in found:
+                        found[sg.name] = sg
+                        walk(sg)
+        walk(self)
+        return found
+
     def node(self, name: str) -> Optional[PyNode]:
         return next((n for n in self.nodes if n.name == name), None)
 
@@ -167,6 +183,14 @@ class PyGraph:
                                                       after_node)] for i in range(batch)]
             return [torch.cat(parts, dim=0) for parts in zip(*runs)]
         return self._forward(inputs, keep_tensors, check_shapes, after_node)
+
+    def run_subgraph(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """Run this subgraph on the values its control-flow layer feeds it (the batch as
+        it comes, float layers in float64 where its caller's are), its float16/bfloat16
+        tops kept in float32 as the tool chain runs subgraphs (node.tops_in_float32);
+        returns its output values."""
+        with tops_in_float32(True):
+            return list(self._forward(inputs, False, True, None, wide=float_layers_wide()))
 
     def samples_within(self, budget_bytes: int) -> int:
         """How many samples one forward may run within `budget_bytes` of working memory:
@@ -229,7 +253,9 @@ class PyGraph:
         return True
 
     def _forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool, check_shapes: bool,
-                 after_node) -> List[torch.Tensor]:
+                 after_node, wide: Optional[bool] = None) -> List[torch.Tensor]:
+        """The layers in order; float layers in float64 where `wide` (by default: where this
+        graph computes them so, computes_float_layers_in_float64)."""
         if len(inputs) != len(self.input_tensors):
             raise GraphError(f"graph '{self.name}' takes {len(self.input_tensors)} input(s) "
                              f"({', '.join(t.name for t in self.input_tensors)}), got {len(inputs)}")
@@ -238,11 +264,13 @@ class PyGraph:
                 raise GraphError(f"input '{t.name}' has shape {list(value.shape)}, the IR says "
                                  f"{list(t.ir_shape)} (the first axis is the batch)")
             t.betensor = value
-        first = self.input_tensors[0] if self.input_tensors else None
-        self._batch_factor = (inputs[0].shape[0] / first.ir_shape[0]) if first and first.ir_shape and first.ir_shape[0] else 1
+        # the batch: the first input with a batch axis (a Loop body's first inputs are scalars)
+        batched = next(((t, v) for t, v in zip(self.input_tensors, inputs) if t.ir_shape and t.ir_shape[0]), None)
+        self._batch_factor = batched[1].shape[0] / batched[0].ir_shape[0] if batched else 1
         outputs = {t.name for t in self.output_tensors}
+        wide = self.computes_float_layers_in_float64 if wide is None else wide
         bounded = self.data_dependent_tensors() if check_shapes else set()
-        with torch.no_grad(), float_layers_in_float64(self.computes_float_layers_in_float64):
+        with torch.no_grad(), float_layers_in_float64(wide):
             for i, node in enumerate(self.nodes):
                 self.running = node
                 node.forward()
@@ -296,14 +324,26 @@ class QuantizeGraph(PyGraph):
     """The PyGraph that the optimizer calibrates, quantizes and serializes."""
 
 
+ITERATIONS_AXIS = "iterations_axis"  # PyTensor.attrs key: see mark_iterations_axis
+
+
+def mark_iterations_axis(t: PyTensor) -> None:
+    """A Loop's scan output: its first axis counts the iterations run, which the trip count
+    bounds, not the IR's shape (the parser writes the count of its own run of the Loop)."""
+    t.attrs[ITERATIONS_AXIS] = True
+
+
 def check_shape(node: PyNode, t: PyTensor, batch_factor: float, bounded: bool = False) -> None:
     """Shapes must equal the IR's but for one axis that carries the batch: batch_factor
     times the IR's size there (the batch axis, wherever Transpose/Reshape moved or folded
     it), or the IR's size for batch-free values such as a Constant's. A shape that follows
     the data (`bounded`) must stay within the IR's, taken as a bound of each axis (of the
-    element count where the ranks differ), batch_factor times larger for a larger batch."""
+    element count where the ranks differ), batch_factor times larger for a larger batch;
+    the first axis of a Loop's scan output is free (mark_iterations_axis)."""
     got = tuple(t.betensor.shape)
     want = tuple(t.ir_shape)
+    if t.attrs.get(ITERATIONS_AXIS) and len(got) == len(want):
+        got, want = got[1:], want[1:]
     if bounded:
         grow = max(batch_factor, 1.0)
         if math.prod(got) <= math.prod(want) * grow and \

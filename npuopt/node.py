@@ -18,6 +18,7 @@ from .tensor import PyTensor, opt_form
 _MISSING = object()
 _OBSERVING = [True]
 _IN_FLOAT64 = [False]
+_IN_FLOAT32 = [False]
 # float layers that keep their float32 arithmetic in float64 mode: the boundary's
 # conversions are defined in float32 (docs/integer-semantics.md)
 FLOAT32_BOUNDARY = ("Quantize", "DeQuantize")
@@ -45,6 +46,24 @@ def float_layers_in_float64(on: bool):
         yield
     finally:
         _IN_FLOAT64[0] = was
+
+
+@contextlib.contextmanager
+def tops_in_float32(on: bool):
+    """Whether float layers keep their float16/bfloat16 tops in float32, not rounded to their
+    type: the layers of a subgraph, which the tool chain's forward runs without fitting
+    tensors to their dtypes (the layer that runs it rounds its own tops)."""
+    was, _IN_FLOAT32[0] = _IN_FLOAT32[0], on
+    try:
+        yield
+    finally:
+        _IN_FLOAT32[0] = was
+
+
+def float_layers_wide() -> bool:
+    """Whether the forward running now computes its float layers in float64 (a subgraph
+    runs as the graph that runs it does)."""
+    return _IN_FLOAT64[0]
 
 # attrs the Compass Optimizer's framework sets on every layer, derived here from what
 # npuopt knows: the layer's effective settings (cfg + opt_config, with the cfg fields
@@ -95,7 +114,8 @@ class PyNode:
 
     `inputs`/`outputs` are PyTensors shared with neighbouring layers;
     `attrs` holds internal state that is never serialized; `quantized` says
-    whether `forward()` computes in integers.
+    whether `forward()` computes in integers; `subgraphs` holds the graphs a
+    control-flow layer runs, by the param that names them (ir/sections.py).
     """
 
     def __init__(self, name: str, optype: str, layer_id=None):
@@ -109,6 +129,7 @@ class PyNode:
         self.attrs: Dict[str, object] = NodeAttrs(self)
         self.placeholders: List[PyTensor] = []
         self.quantized = False
+        self.subgraphs: Dict[str, object] = OrderedDict()
 
     def get_param(self, key: str, default=_MISSING, *, optional: bool = False, default_value=None):
         """A param's value; a missing one is `default` (or `default_value` when
@@ -120,6 +141,14 @@ class PyNode:
         if default is _MISSING:
             raise IRError(f"layer '{self.name}' ({self.type}): missing parameter '{key}'")
         return default
+
+    def get_sub_graph(self, key: str):
+        """The subgraph that param `key` names (the Compass Optimizer's name); an IRError
+        naming the layer and the param when the IR has no such section."""
+        name = self.get_param(key)
+        if key not in self.subgraphs:
+            raise IRError(f"layer '{self.name}' ({self.type}): {key} '{name}' names no subgraph section of the IR")
+        return self.subgraphs[key]
 
     def get_attrs(self, key: str, *, optional: bool = False, default_value=None):
         """An attr's value, as get_param reads params."""
@@ -244,7 +273,7 @@ class PyNode:
             for t in self.outputs:  # a float16/bfloat16 top holds values of its type
                 if wide and t.betensor.dtype == torch.float64:
                     t.betensor = t.betensor.to(torch.float32)
-                if t.dtype in (Dtype.FP16, Dtype.BFP16) and t.betensor.is_floating_point():
+                if t.dtype in (Dtype.FP16, Dtype.BFP16) and t.betensor.is_floating_point() and not _IN_FLOAT32[0]:
                     t.betensor = fit_float(t.betensor, t.dtype)
             if wide:
                 out = self.outputs[0].betensor if isinstance(out, torch.Tensor) and len(self.outputs) == 1 \

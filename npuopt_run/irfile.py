@@ -7,7 +7,7 @@ Every error names the file, the line and the layer where it can.
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -148,6 +148,8 @@ class Layer:
     params: Dict[str, object] = field(default_factory=dict)
     consts: Dict[str, np.ndarray] = field(default_factory=dict)
     const_types: Dict[str, DType] = field(default_factory=dict)
+    subgraphs: Dict[str, "Model"] = field(default_factory=dict)  # param -> the subgraph section it names
+    subgraph_runs: Dict[str, Callable] = field(default_factory=dict)  # param -> its run (set by the Runner)
 
     def error(self, message: str, key: str = None) -> RefrunError:
         line = self.lines.get(key, self.line) if key else self.line
@@ -195,6 +197,7 @@ class Model:
     outputs: List[str]
     layers: List[Layer]
     header: Dict[str, object]
+    subgraph: bool = False  # a subgraph section (an If's branch, a Loop's body)
 
 
 _LAYER_KEYS = ("layer_id", "layer_name", "layer_type", "layer_bottom", "layer_top", "layer_bottom_shape",
@@ -205,7 +208,9 @@ _NAME_KEYS = ("input_tensors", "output_tensors", "layer_bottom", "layer_top")
 
 
 def read_model(txt_path: str, bin_path: Optional[str] = None) -> Model:
-    """Parse the graph file and slice every constant out of the weights file."""
+    """Parse the graph file and slice every constant out of the weights file; the subgraph
+    sections after the model's (`subgraph_name=` headers: If's branches, Loop's bodies)
+    become the `subgraphs` of the layers whose params name them."""
     if not os.path.isfile(txt_path):
         raise RefrunError(f"graph file '{txt_path}' not found")
     if bin_path is None:
@@ -218,6 +223,21 @@ def read_model(txt_path: str, bin_path: Optional[str] = None) -> Model:
     blocks = _blocks(text, txt_path)
     if not blocks:
         raise RefrunError(f"{txt_path}: the graph file is empty")
+    sections = [[blocks[0]]]  # the model's header and layers, then each subgraph section's
+    for block in blocks[1:]:
+        if "subgraph_name" in block:
+            sections.append([])
+        sections[-1].append(block)
+    with _Weights(bin_path) as weights:
+        models = [_model(section, txt_path, bin_path, weights, i > 0) for i, section in enumerate(sections)]
+    subgraphs = {m.name: m for m in models[1:]}
+    for m in models:  # a layer runs the subgraph section that one of its params names (If, Loop)
+        for layer in m.layers:
+            layer.subgraphs = {k: subgraphs[v] for k, v in layer.params.items() if isinstance(v, str) and v in subgraphs}
+    return models[0]
+
+
+def _model(blocks, txt_path: str, bin_path: str, weights: "_Weights", subgraph: bool) -> Model:
     header, layer_blocks = blocks[0], blocks[1:]
     if "layer_name" in header or "layer_type" in header:
         raise RefrunError(f"{txt_path}:1: the graph file has no header (model_name, input_tensors, ...)")
@@ -226,13 +246,12 @@ def read_model(txt_path: str, bin_path: Optional[str] = None) -> Model:
         if key not in header:
             raise RefrunError(f"{txt_path}: the header lacks '{key}'")
         head[key] = _names(txt_path, header[key][1], key, header[key][0])
-    with _Weights(bin_path) as weights:
-        layers = [_layer(block, txt_path, weights) for block in layer_blocks]
+    layers = [_layer(block, txt_path, weights) for block in layer_blocks]
     if "layer_number" in head and head["layer_number"] != len(layers):
         raise RefrunError(f"{txt_path}:{header['layer_number'][1]}: layer_number={head['layer_number']} "
                           f"but the file has {len(layers)} layer blocks (truncated?)")
-    model = Model(str(head.get("model_name", "model")), txt_path, bin_path, head["input_tensors"],
-                  head["output_tensors"], layers, head)
+    name = head.get("subgraph_name" if subgraph else "model_name", "model")
+    model = Model(str(name), txt_path, bin_path, head["input_tensors"], head["output_tensors"], layers, head, subgraph)
     _check_links(model)
     return model
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import intmath, minifloat
 from .errors import RefrunError
 from .irfile import DType, Layer, Model
-from .ops import OPS
+from .ops import ITERATIONS_FIRST_AXIS, OPS
 
 
 @dataclass
@@ -170,7 +170,10 @@ class Runner:
         self.bounded = data_dependent(self.order)
         # a batch of a graph whose shapes follow the data runs as one, as the tool chain runs it
         self._batchable: Optional[bool] = True if self.bounded else None
-        self._check_quantized()
+        if not model.subgraph:  # a subgraph section holds the float layers of a control-flow layer
+            self._check_quantized()
+        for layer in self.order:  # If/Loop run the subgraph sections their params name
+            layer.subgraph_runs = {key: Runner(sub).run_subgraph for key, sub in layer.subgraphs.items()}
         for layer in self.order:
             if layer.type not in OPS:
                 raise layer.error(f"unknown layer type '{layer.type}' (npuopt-run knows: "
@@ -306,9 +309,23 @@ class Runner:
         self._run(inputs, set(self.model.outputs), got.__setitem__)
         return got
 
+    def run_subgraph(self, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+        """The outputs of this subgraph section on the values its If/Loop layer feeds it."""
+        got: Dict[str, np.ndarray] = {}
+        self._run(inputs, set(self.model.outputs), got.__setitem__)
+        return [got[name] for name in self.model.outputs]
+
+    def _batch(self, inputs: Sequence[np.ndarray]):
+        """(the batch run, the IR's batch): of the first input with a batch axis (a Loop
+        body's first inputs are scalars)."""
+        for name, x in zip(self.model.inputs, inputs):
+            if len(self.infos[name].shape) and x.ndim:
+                return x.shape[0], self.infos[name].shape[0]
+        return 1, 1
+
     def _run(self, inputs: Sequence[np.ndarray], wanted: Set[str], sink: Callable[[str, np.ndarray], None]) -> None:
         values: Dict[str, np.ndarray] = dict(zip(self.model.inputs, inputs))
-        batch = inputs[0].shape[0] if inputs else 1
+        batch = self._batch(inputs)
         for layer, done in zip(self.order, self.last_read):
             if layer.type == "Input":
                 if layer.tops[0] not in values:
@@ -345,23 +362,27 @@ class Runner:
         except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
             raise layer.error(f"{type(e).__name__}: {e}") from e
 
-    def _check(self, layer: Layer, info: TensorInfo, out: np.ndarray, batch: int) -> np.ndarray:
+    def _check(self, layer: Layer, info: TensorInfo, out: np.ndarray, batches) -> np.ndarray:
         """The runner's own consistency check: IR shape (batch scaled; a bound where the
-        shape follows the data) and dtype range."""
-        ir_batch = self.infos[self.model.inputs[0]].shape[0] if self.model.inputs else 1
+        shape follows the data; a Loop's scan outputs count the iterations run on their
+        first axis, which the IR does not bound) and dtype range."""
+        batch, ir_batch = batches
         want = [int(d) for d in info.shape]
+        shape = list(out.shape)
+        if layer.type in ITERATIONS_FIRST_AXIS and out.ndim == len(want):
+            shape, want = shape[1:], want[1:]
         if info.name in self.bounded:
             grow = max(batch / ir_batch, 1) if ir_batch else 1
-            fits = out.size <= int(np.prod(want)) * grow and \
-                (out.ndim != len(want) or all(g <= w * grow for g, w in zip(out.shape, want)))
+            fits = int(np.prod(shape)) <= int(np.prod(want)) * grow and \
+                (len(shape) != len(want) or all(g <= w * grow for g, w in zip(shape, want)))
             if not fits:
                 raise layer.error(f"computed shape {list(out.shape)} for '{info.name}' exceeds the IR's "
                                   f"{list(info.shape)} (a shape that follows the data, bounded by the IR's)")
             return self._check_values(layer, info, out)
-        differ = [a for a in range(len(want)) if out.ndim == len(want) and out.shape[a] != want[a]]
+        differ = [a for a in range(len(want)) if len(shape) == len(want) and shape[a] != want[a]]
         # the batch scales one axis (0, or where Transpose/Reshape put it); constants keep batch 1
-        batch_axis_ok = len(differ) == 1 and ir_batch and out.shape[differ[0]] * ir_batch == want[differ[0]] * batch
-        if out.ndim != len(want) or (differ and not batch_axis_ok):
+        batch_axis_ok = len(differ) == 1 and ir_batch and shape[differ[0]] * ir_batch == want[differ[0]] * batch
+        if len(shape) != len(want) or (differ and not batch_axis_ok):
             raise layer.error(f"computed shape {list(out.shape)} for '{info.name}', the IR says {list(info.shape)}")
         return self._check_values(layer, info, out)
 
@@ -370,10 +391,12 @@ class Runner:
         if info.is_int:
             if not self.integer[layer.name] and out.dtype.kind in "biu":
                 out = out.astype(np.int64)  # a float layer's integer top (a comparison's 0/1, indices)
+            elif not self.integer[layer.name] and out.dtype.kind == "f":  # a float Add of two counts
+                out = np.trunc(np.clip(out, info.dtype.qmin, info.dtype.qmax)).astype(np.int64)  # as the tool chain fits it
             if out.dtype != np.int64:
                 raise layer.error(f"integer forward returned {out.dtype} for '{info.name}'")
             if out.size and (out.min() < info.dtype.qmin or out.max() > info.dtype.qmax):
                 raise layer.error(f"'{info.name}' holds [{out.min()}, {out.max()}] outside {info.dtype.name}")
         else:
-            out = to_float_type(out.astype(np.float32, copy=False), info.dtype.name)
+            out = to_float_type(out.astype(np.float32, copy=False), "float32" if self.model.subgraph else info.dtype.name)
         return out

@@ -7,7 +7,8 @@ state and logging, and importing it costs seconds, so one process serves many jo
 Each job is {"txt", "bin", "inputs": [.npy, ...], "output": .npz}. Its .npz holds
 `output<i>` (graph output i in the IR's dtype, as OptForward returns it) and
 `tensor:<name>` (every layer's output in its IR dtype, to name the first layer
-that differs). RESULTS.json lists per job {"quantized": {layer: bool}, "errors":
+that differs). RESULTS.json lists per job {"quantized": {layer: bool} (a subgraph section's
+layers as "SECTION/layer"), "errors":
 [lines OPT logged as errors, or the exception that stopped it]}.
 The extracted OPT must be on PYTHONPATH; OPT's stdout is silenced.
 """
@@ -41,6 +42,8 @@ def run_job(job: dict, OptForward, dtype2nptype) -> dict:
             forward = OptForward(job["txt"], job["bin"])
             graph = forward.optimizer.g
             result["quantized"] = {node.name: bool(node.quantized) for node in graph.nodes}
+            result["quantized"].update({f"{name}/{node.name}": bool(node.quantized)  # subgraph sections' layers
+                                        for name, sg in graph.subgraph_map.items() for node in sg.nodes})
             inputs = [np.load(path) for path in job["inputs"]]
             outputs = forward.forward(inputs, keep_tensors=True)
             arrays = {f"output{i}": np.asarray(o) for i, o in enumerate(outputs)}

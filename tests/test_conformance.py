@@ -232,6 +232,7 @@ def compare_with_opt(graph, outputs: List[np.ndarray], opt: OptResult, lsb=None)
     within 1 LSB, or `lsb` where given)."""
     problems = list(opt.errors)
     ours = {n.name: bool(n.quantized) for n in graph.nodes}
+    ours.update({f"{name}/{n.name}": bool(n.quantized) for name, sg in graph.subgraph_map.items() for n in sg.nodes})
     if set(ours) != set(opt.quantized):
         problems.append(f"layers differ: npuopt {sorted(set(ours) - set(opt.quantized))}, "
                         f"OPT {sorted(set(opt.quantized) - set(ours))}")

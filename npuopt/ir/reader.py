@@ -13,6 +13,7 @@ from ..graph import PyGraph, QuantizeGraph
 from ..node import PyNode
 from ..quant import fields
 from ..tensor import PyTensor
+from .sections import SUBGRAPH_KEY, link_subgraphs, split_sections
 from .values import ValueSyntaxError, parse_name_list, parse_value
 
 HEADER_KEYS = ("model_name", "layer_number", "input_tensors", "output_tensors")
@@ -25,29 +26,39 @@ STRUCTURE_KEYS = ("layer_id", "layer_name", "layer_type", "layer_bottom", "layer
 
 
 def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=QuantizeGraph) -> PyGraph:
-    """Load an IR. `bin_path` defaults to the .txt's name with .bin; it may be
-    absent when the graph has no constants."""
+    """Load an IR and the subgraph sections its control-flow layers run (ir/sections.py). `bin_path`
+    defaults to the .txt's name with .bin; it may be absent when the graph has no constants."""
     if bin_path is None:
         bin_path = os.path.splitext(txt_path)[0] + ".bin"
-    header, layer_blocks = _split_blocks(_read_lines(txt_path), txt_path)
-    _check_layer_number(header, len(layer_blocks), txt_path)
+    (header, layer_blocks), *sections = split_sections(_split_blocks(_read_lines(txt_path), txt_path), txt_path)
     weights = _Weights(bin_path, txt_path)
     try:
         model_name = header["model_name"][0] if "model_name" in header else "model"
-        graph = graph_cls(model_name)
-        for key, (raw, line) in header.items():
-            if key not in HEADER_KEYS:
-                graph.header[key] = _parse(raw, txt_path, line)
-        nodes = [_build_node(block, weights, txt_path) for block in layer_blocks]
-        inputs = _names(header, "input_tensors", txt_path)
-        outputs = _names(header, "output_tensors", txt_path)
-        graph.set_layers(nodes, inputs, outputs, where=txt_path)
-        _check_bottoms(graph, layer_blocks, txt_path)
+        graph = _read_section(graph_cls(model_name), header, layer_blocks, weights, txt_path, txt_path)
+        subgraphs = OrderedDict()
+        for sub_header, blocks in sections:
+            name = sub_header[SUBGRAPH_KEY][0]
+            subgraphs[name] = _read_section(graph_cls(name), sub_header, blocks, weights, txt_path,
+                                            f"{txt_path}: subgraph '{name}'")
+        link_subgraphs(graph, subgraphs, txt_path)
         if _is_quantized_ir(header, graph):
-            for node in graph.nodes:
+            for node in [n for g in [graph, *subgraphs.values()] for n in g.nodes]:
                 _deduce_quantized(node)
     finally:
         weights.close()
+    return graph
+
+
+def _read_section(graph: PyGraph, header, layer_blocks, weights: "_Weights", path: str, where: str) -> PyGraph:
+    """One section's layers into `graph`, its header keys (but the ones it owns) kept."""
+    _check_layer_number(header, len(layer_blocks), path)
+    for key, (raw, line) in header.items():
+        if key not in HEADER_KEYS and key != SUBGRAPH_KEY:
+            graph.header[key] = _parse(raw, path, line)
+    nodes = [_build_node(block, weights, path) for block in layer_blocks]
+    graph.set_layers(nodes, _names(header, "input_tensors", path), _names(header, "output_tensors", path),
+                     where=where)
+    _check_bottoms(graph, layer_blocks, path)
     return graph
 
 
@@ -70,7 +81,8 @@ def _read_lines(path: str) -> List[str]:
                       f"is this the graph file (.txt) of the IR?") from None
 
 
-def _split_blocks(lines: List[str], path: str):
+def _split_blocks(lines: List[str], path: str) -> List["OrderedDict"]:
+    """The file's blocks of key=value lines (separated by empty lines), each key once."""
     blocks: List["OrderedDict"] = []
     current = None
     for lineno, line in enumerate(lines, 1):
@@ -92,17 +104,7 @@ def _split_blocks(lines: List[str], path: str):
         current[key] = (value.strip(), lineno)
     if not blocks:
         raise IRError(f"{path}: the graph file is empty")
-    header = OrderedDict()
-    layers = []
-    for block in blocks:
-        if "layer_type" in block or "layer_name" in block or "layer_id" in block:
-            layers.append(block)
-        elif layers:
-            first_line = next(iter(block.values()))[1]
-            raise IRError(f"{path}:{first_line}: block has no layer_name/layer_type")
-        else:
-            header.update(block)
-    return header, layers
+    return blocks
 
 
 def _parse(raw: str, path: str, line: int):

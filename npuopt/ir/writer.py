@@ -30,11 +30,15 @@ def write_graph(graph: PyGraph, txt_path: str, bin_path: str = None, bin_name: s
     tmp_txt, tmp_bin = temp_path(txt_path), temp_path(bin_path)
     try:
         with open(tmp_bin, "wb") as fbin:
-            blocks = [_header(graph, bin_name or os.path.basename(bin_path))]
-            for index, node in enumerate(graph.nodes):
-                blocks.append(_layer_block(node, index, fbin, graph.quantized))
+            quantized = graph.quantized
+            sections = [[_header(graph, bin_name or os.path.basename(bin_path))] +
+                        [_layer_block(node, index, fbin, quantized) for index, node in enumerate(graph.nodes)]]
+            for sg in graph.subgraph_map.values():  # the subgraphs its control-flow layers run
+                sections.append([_subgraph_header(sg, quantized)] +
+                                [_layer_block(node, index, fbin, quantized) for index, node in enumerate(sg.nodes)])
         with open(tmp_txt, "w", encoding="utf-8") as ftxt:
-            ftxt.write("\n\n".join("\n".join(lines) for lines in blocks) + "\n")
+            # as the tool chain writes them: one empty line between blocks, two before a subgraph section
+            ftxt.write("\n\n\n".join("\n\n".join("\n".join(lines) for lines in blocks) for blocks in sections) + "\n")
         os.replace(tmp_bin, bin_path)
         os.replace(tmp_txt, txt_path)
     except OSError as e:
@@ -69,6 +73,15 @@ def _header(graph: PyGraph, bin_name: str) -> List[str]:
     lines += [f"model_bin=./{bin_name}" if k == "model_bin" else _kv(k, v) for k, v in graph.header.items()
               if not (quantized and k in FLOAT_HEADER_KEYS)]
     return lines
+
+
+def _subgraph_header(sg: PyGraph, quantized: bool) -> List[str]:
+    """A subgraph section's header, as the tool chain writes it: its name and layer count,
+    the header keys it was read with (but those that say the model is float, in a
+    quantized IR), its input and output tensors."""
+    lines = [_kv("subgraph_name", sg.name), _kv("layer_number", len(sg.nodes))]
+    lines += [_kv(k, v) for k, v in sg.header.items() if not (quantized and k in FLOAT_HEADER_KEYS)]
+    return lines + ["input_tensors=" + _names(sg.input_tensors), "output_tensors=" + _names(sg.output_tensors)]
 
 
 def _layer_block(node: PyNode, index: int, fbin, quantized_graph: bool) -> List[str]:

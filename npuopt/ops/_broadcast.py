@@ -81,9 +81,3 @@ def requantize_into(node, acc: torch.Tensor, rescale: Rescale) -> torch.Tensor:
     out = node.outputs[0]
     return QT.store_output(node, rescale.apply(acc, out.zerop, out.qmin, out.qmax), out)
 
-
-def reject_all_invariant(node, inputs) -> None:
-    """Layers whose inputs are all integer indices (qinvariant) are kept in float by npuopt."""
-    if all(t.qinvariant for t in inputs):
-        raise QT.Unsupported(f"layer '{node.name}' ({node.type}): every input is an integer (quantization-"
-                             f"invariant) tensor; npuopt keeps this layer in float")

@@ -78,9 +78,18 @@ def eltwise_forward(self, *args):
     return out
 
 
+def reject_all_invariant(node, inputs) -> None:
+    """Layers whose inputs are all integer indices (qinvariant) are kept in float by npuopt
+    (a trip count computed from a condition: int(c) + 2)."""
+    if all(t.qinvariant for t in inputs):
+        raise QT.Unsupported(f"layer '{node.name}' ({node.type}): every input is an integer (quantization-"
+                             f"invariant) tensor; npuopt keeps this layer in float")
+
+
 @quant_register(OpType.Eltwise, "1.0")
 def eltwise_quantize(self, *args):
     method = eltwise_method(self)
+    reject_all_invariant(self, self.inputs)
     QT.check_quantized_inputs(self)
     a_t, b_t = self.inputs
     out = self.outputs[0]

@@ -16,7 +16,8 @@ from ..quant import qmath
 from ..quant import tensors as QT
 from ..quant.fields import BranchRescales, shift_dtype
 from ..registry import OpType, op_register, quant_register
-from ._broadcast import check_inputs, check_quantized_operands, float_operands, reject_all_invariant
+from ._broadcast import check_inputs, check_quantized_operands, float_operands
+from .eltwise import reject_all_invariant
 
 ALIGNED_BITS = 15       # each aligned input's magnitude
 MULTIPLIER_BITS = 16    # asked of scale_approximation (which caps it at 15)

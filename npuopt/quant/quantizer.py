@@ -15,7 +15,7 @@ from ..registry import BOUNDARY_TYPES, OP_QUANTIZERS, OpType
 from ..tensor import PyTensor
 from .settings import QuantSettings
 from .tensors import (QUANTIZATION_FIELDS, WEIGHT_ONLY_TYPES, Unsupported, quantize_weights, quantize_weights_only,
-                      store_in_float)
+                      set_quantization, store_in_float)
 from .weight_plans import held_values, use_planned_biases
 
 
@@ -111,6 +111,7 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
             else:
                 quantize_weights_only(node)
             store_in_float(node)
+            keep_subgraphs_in_float(node)
             continue
         inputs_before = [_quantization(t) for t in node.inputs]
         try:
@@ -128,6 +129,24 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
             pending = deque(n for n in graph.nodes if n.name not in done)
     mark_unquantifiable(graph)
     return graph, keep_float
+
+
+def keep_subgraphs_in_float(node) -> None:
+    """The subgraphs a control-flow layer kept in float runs (nested ones too), as the tool
+    chain keeps them: every layer in float with the layer's settings (its float mode), its
+    integer tops (conditions, counters) their own values (scale 1, zero point 0)."""
+    for sg in node.subgraphs.values():
+        for inner in sg.nodes:
+            inner.attrs["qsettings"] = node.attrs["qsettings"]
+            inner.quantized = False
+            inner.params["unquantifiable"] = True
+            quantize_weights_only(inner)
+            store_in_float(inner)
+            for t in inner.outputs:
+                if t.dtype.is_integer:
+                    set_quantization(t, 1.0, 0, t.dtype.qmin, t.dtype.qmax, t.dtype.bits, t.dtype.is_signed)
+                    t.qinvariant = True
+            keep_subgraphs_in_float(inner)
 
 
 def warn_float16_ranges(qgraph, float_graph) -> None:

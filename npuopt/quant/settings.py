@@ -190,12 +190,25 @@ def layer_values(cfg, graph) -> Dict[str, dict]:
     graph_outputs = {t.name for t in graph.output_tensors}
 
     def of(node, integer: bool = False) -> dict:
-        return {**base, **_layer_values(cfg, node, float_ops, graph_outputs, integer), **opt_config.get(node.name, {}),
-                "cfg_attrs": {f: cfg.of(f, node) for f in COMPASS_CFG_ATTRS if hasattr(cfg, f)}}
+        values = {**base, **_layer_values(cfg, node, float_ops, graph_outputs, integer),
+                  **opt_config.get(node.name, {}),
+                  "cfg_attrs": {f: cfg.of(f, node) for f in COMPASS_CFG_ATTRS if hasattr(cfg, f)}}
+        if node.subgraphs and not values["trigger_float_op"]:
+            values["trigger_float_op"] = control_flow_float_mode(cfg)
+        return values
     values = {node.name: of(node) for node in graph.nodes}
     for node in _read_as_integers(graph, values, graph_outputs, opt_config):
         values[node.name] = of(node, integer=True)
     return values
+
+
+def control_flow_float_mode(cfg) -> str:
+    """The float mode of a layer that runs subgraphs (If, Loop) and of the subgraphs, where
+    the cfg keeps it quantized: the tool chain keeps them in float, in the cfg's global float
+    mode, float16_preferred where that is disable."""
+    modes = cfg.per_layer.get("trigger_float_op")
+    mode = modes.default if modes is not None else "disable"
+    return "float16_preferred" if mode == "disable" else mode
 
 
 # layers whose values are the same in either format: they may take their readers'

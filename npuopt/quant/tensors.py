@@ -323,13 +323,16 @@ def store_in_float(node) -> None:
     """A layer kept in float, in its settings' float dtype (float16/bfloat16): its float
     tops take that dtype (PyNode.forward rounds them to it), its float constants are
     rounded to it, but biases and negative slopes, which stay float32, as the tool chain
-    stores them."""
+    stores them; a Cast to a float type casts to that dtype (its to_dtype), as the tool
+    chain writes it (its subgraphs run without fitting tops to their dtypes)."""
     dtype = settings_of(node).float_dtype
     if dtype is Dtype.FP32:
         return
     for t in node.outputs:
         if t.dtype.is_float:
             t.dtype = dtype
+    if node.type == "Cast" and node.outputs[0].dtype.is_float:
+        node.params["to_dtype"] = dtype.value
     for key, c in node.constants.items():
         if c.dtype.is_float and key not in ("biases", "negative_slope"):
             c.betensor, c.dtype = fit_float(c.betensor, dtype), dtype   # a new tensor: the float graph's stays

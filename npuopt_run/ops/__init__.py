@@ -37,3 +37,6 @@ def _op_modules():
 
 
 OPS = _table(*_op_modules())
+# layer types whose tops' first axis counts the iterations they ran (a Loop's scan outputs), which
+# the IR's shape does not bound (a module's ITERATIONS_FIRST_AXIS)
+ITERATIONS_FIRST_AXIS = frozenset().union(*(getattr(m, "ITERATIONS_FIRST_AXIS", ()) for m in _op_modules()))
