@@ -1,5 +1,7 @@
 """ROI layers: RoiAlign (AVG and MAX, HALF_PIXEL and OUTPUT_HALF_PIXEL, fixed and adaptive
-samples, equal and unequal spatial scales), on boxes from a constant and from an input.
+samples, equal and unequal spatial scales), on boxes from a constant and from an input;
+PyramidROIAlign on pixel boxes (every level, fixed and adaptive samples, HALF_PIXEL) and
+on normalized boxes.
 
 A detector runs them on one image: the data of these cases is one sample (the boxes'
 batch index is 0), and the boxes are an input [1, R * 5] reshaped to [R, 5]."""
@@ -62,6 +64,43 @@ def _roi_align(b, rng, x):
     return tops
 
 
+PYRAMID_MAPS = [(32, 32, 4), (16, 16, 4), (8, 8, 4), (4, 4, 4)]   # 1/16 .. 1/128 of a 512 x 512 image
+PYRAMID_BOXES = 8
+
+
+def pyramid_boxes(rng) -> np.ndarray:
+    """[8, 4] boxes (y1, x1, y2, x2) in pixels of a 512 x 512 image, two per level (levels by
+    sqrt(area): < 112, < 224, < 448, more)."""
+    sides = np.array([60.0, 80.0, 150.0, 190.0, 260.0, 330.0, 470.0, 490.0]) * rng.uniform(0.97, 1.02, PYRAMID_BOXES)
+    aspect = rng.uniform(0.9, 1.1, PYRAMID_BOXES)
+    hs, ws = np.minimum(sides * np.sqrt(aspect), 508.0), np.minimum(sides / np.sqrt(aspect), 508.0)
+    y1, x1 = rng.uniform(0, 512 - hs), rng.uniform(0, 512 - ws)
+    return np.stack([y1, x1, y1 + hs, x1 + ws], 1).astype(np.float32)
+
+
+def _pyramid_data(rng, shapes, n, value_range, run):
+    norm = np.sort(rng.uniform(0.0, 1.0, (PYRAMID_BOXES, 2, 2)), axis=1).transpose(0, 2, 1).reshape(-1, 4)
+    norm = norm[:, [0, 2, 1, 3]]
+    return [pyramid_boxes(rng)[None], norm[None].astype(np.float32)] + \
+        [uniform(rng, value_range, (1,) + s) for s in shapes[2:]]
+
+
+PYRAMID = dict(image_height=512, image_width=512, spatial_scale_value=[1 / 16, 1 / 32, 1 / 64, 1 / 128])
+
+
+def _pyramid(b, rng, x):
+    """PyramidROIAlign on pixel boxes (fixed 2x2 samples; adaptive, HALF_PIXEL) and on
+    normalized boxes (TensorFlow crops; kept in float when quantized)."""
+    maps = x[2:]
+    return [b.layer("PyramidROIAlign", "pixels", [x[0]] + maps, dict(PYRAMID, resize_height=3, resize_width=2,
+                    sample=[2, 2], coordinate_transformation_mode="OUTPUT_HALF_PIXEL", proposal_normalized=False))[0],
+            b.layer("PyramidROIAlign", "pixels_adaptive", [x[0]] + maps, dict(PYRAMID, resize_height=2,
+                    resize_width=3, sample=[0, 0], coordinate_transformation_mode="HALF_PIXEL",
+                    proposal_normalized=False))[0],
+            b.layer("PyramidROIAlign", "normalized", [x[1]] + maps, dict(PYRAMID, resize_height=3, resize_width=4,
+                    sample=[0, 0], coordinate_transformation_mode="OUTPUT_HALF_PIXEL", proposal_normalized=True))[0]]
+
+
 ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
 CASES = [
     Case("roialign", "RoiAlign AVG/MAX, HALF_PIXEL/OUTPUT_HALF_PIXEL, fixed/adaptive samples, on boxes from an "
@@ -69,4 +108,9 @@ CASES = [
          run_range=(-1.0, 1.0)),
     Case("roialign_asym", "the same with asymmetric activations", [MAP, (30,)], _roi_align, ASYM,
          data=_roi_data(6), calib_range=(-0.5, 1.5), run_range=(-0.5, 1.5)),
+    Case("pyramid_roi", "PyramidROIAlign on pixel boxes of every level (fixed and adaptive samples) and on "
+         "normalized boxes", [(PYRAMID_BOXES, 4), (PYRAMID_BOXES, 4)] + PYRAMID_MAPS, _pyramid,
+         data=_pyramid_data),
+    Case("pyramid_roi_asym", "the same with asymmetric activations", [(PYRAMID_BOXES, 4), (PYRAMID_BOXES, 4)]
+         + PYRAMID_MAPS, _pyramid, ASYM, data=_pyramid_data, calib_range=(-0.5, 1.5), run_range=(-0.5, 1.5)),
 ]
