@@ -2,7 +2,9 @@
 computes a quantized layer, and its quantize function (docs/integer-semantics.md).
 
 Level: a = (q_y2 - q_y1)(q_x2 - q_x1) on the stored box integers, wrapped to int32, against
-`levels` [L0, L1, L2] (a < L0: 0, < L1: 1, < L2: 2, else 3). With ss = `spatial_shift` and
+`levels` [L0, L1, L2] (wrapped to int32 too; a < L0: 0, L0 <= a < L1: 1, L1 <= a < L2: 2,
+a >= L2: 3, a later test overriding an earlier one). npuopt keeps a layer whose box
+areas could pass 2^31 in float (16-bit boxes). With ss = `spatial_shift` and
 (M_k, s_k) = input_scale[k]/input_shift[k], a box corner v (A = q + zp) becomes
 clamp(round(v M_k 2^-s_k), 0, 65535) - half (half = 2^(ss-1) with HALF_PIXEL); extent
 e = end - start (at least 2^ss without HALF_PIXEL), n samples (fixed, or trunc(e /
@@ -100,6 +102,17 @@ def _float32_sum(v: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
     return acc
 
 
+def _levels(area: torch.Tensor, bounds) -> torch.Tensor:
+    """The tool chain's level masks (bounds wrapped to int32 as its comparison does), the
+    later overriding the earlier; a box in none reads level 0."""
+    level = torch.zeros_like(area)
+    masks = [area < bounds[0], (area >= bounds[0]) & (area < bounds[1]), (area >= bounds[1]) & (area < bounds[2]),
+             area >= bounds[2]]
+    for k, mask in enumerate(masks):
+        level = torch.where(mask, torch.full_like(level, k), level)
+    return level
+
+
 def int_pyramid(node, p) -> torch.Tensor:
     """The quantized layer's output integers."""
     boxes_t, maps_t = node.inputs[0], node.inputs[1:]
@@ -111,8 +124,7 @@ def int_pyramid(node, p) -> torch.Tensor:
     bounds = _list(node, "levels", 3)
     q = boxes_t.betensor[0].to(torch.int64)
     area = _wrap32((q[:, 2] - q[:, 0]) * (q[:, 3] - q[:, 1]))
-    level = (area >= bounds[0]).to(torch.int64) + (area >= bounds[1]).to(torch.int64) + \
-        (area >= bounds[2]).to(torch.int64)
+    level = _levels(area, [int(_wrap32(torch.tensor(b))) for b in bounds])
     boxes = _roi.shifted_int(boxes_t)[0]
     out_t = node.outputs[0]
     y = torch.zeros((len(q), p["resize_height"], p["resize_width"], maps_t[0].betensor.shape[-1]),
@@ -143,6 +155,9 @@ def quantize_pyramid(node, p) -> None:
                              f"fraction bits in 16 bits")
     samples = p["sample"][0] * p["sample"][1] if min(p["sample"]) > 0 else 1
     boxes_scale = float(boxes.scale)
+    if (boxes.qmax - boxes.qmin) ** 2 >= 1 << 31 or LEVEL_SIDES[-1] ** 2 * boxes_scale ** 2 >= 1 << 31:
+        raise QT.Unsupported(f"layer '{node.name}' (PyramidROIAlign): the box areas of {boxes.qbits}-bit boxes "
+                             f"overflow the integer form's 32-bit level test; kept in float")
     ins = [qmath.scale_approximation(s * 2 ** ss / boxes_scale, 15) for s in p["spatial"]]
     outs = [qmath.scale_approximation(float(out.scale) / (float(m.scale) * samples), out.qbits) for m in maps]
     params = node.params

@@ -203,7 +203,11 @@ def pyramid_int(layer, xs, infos):
     bounds = _ints(layer, "levels", 3)
     q = xs[0][0].astype(np.int64)
     area = np.remainder((q[:, 2] - q[:, 0]) * (q[:, 3] - q[:, 1]) + 2 ** 31, 2 ** 32) - 2 ** 31
-    level = sum((area >= v).astype(np.int64) for v in bounds)
+    b = [(v + 2 ** 31) % 2 ** 32 - 2 ** 31 for v in bounds]  # the int32 comparison wraps them
+    level = np.zeros_like(area)
+    for k, mask in enumerate([area < b[0], (area >= b[0]) & (area < b[1]), (area >= b[1]) & (area < b[2]),
+                              area >= b[2]]):
+        level = np.where(mask, k, level)
     a = shifted(xs[0], infos[0], layer)[0]
     y = np.zeros((len(q), p["resize_height"], p["resize_width"], xs[1].shape[-1]))
     for k in range(4):

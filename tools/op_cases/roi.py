@@ -1,7 +1,8 @@
 """ROI layers: RoiAlign (AVG and MAX, HALF_PIXEL and OUTPUT_HALF_PIXEL, fixed and adaptive
 samples, equal and unequal spatial scales), on boxes from a constant and from an input;
 PyramidROIAlign on pixel boxes (every level, fixed and adaptive samples, HALF_PIXEL) and
-on normalized boxes.
+on normalized boxes; CropAndResize (BILINEAR and NEAREST, boxes inside and reaching out of
+the map, flipped, a crop of one row).
 
 A detector runs them on one image: the data of these cases is one sample (the boxes'
 batch index is 0), and the boxes are an input [1, R * 5] reshaped to [R, 5]."""
@@ -101,6 +102,32 @@ def _pyramid(b, rng, x):
                     sample=[0, 0], coordinate_transformation_mode="OUTPUT_HALF_PIXEL", proposal_normalized=True))[0]]
 
 
+CROP_MAP = (9, 11, 5)
+CROP_BOXES = 5
+
+
+def _crop_data(rng, shapes, n, value_range, run):
+    """One map, boxes inside [0, 1] (one flipped) and boxes reaching out of it."""
+    inside = np.sort(rng.uniform(0.0, 1.0, (CROP_BOXES, 2, 2)), axis=1).transpose(0, 2, 1).reshape(-1, 4)
+    inside = inside[:, [0, 2, 1, 3]]
+    inside[1] = inside[1, [2, 1, 0, 3]]
+    out = rng.uniform(-0.4, 1.4, (CROP_BOXES, 4))
+    return [uniform(rng, value_range, (1,) + shapes[0]), inside.reshape(1, -1).astype(np.float32),
+            out.reshape(1, -1).astype(np.float32)]
+
+
+def _crop(b, rng, x):
+    inside = b.layer("Reshape", "boxes_inside", [x[1]], dict(shape=[CROP_BOXES, 4]))[0]
+    out = b.layer("Reshape", "boxes_out", [x[2]], dict(shape=[CROP_BOXES, 4]))[0]
+    index = b.layer("Constant", "box_indices", [], {}, {"weights": torch.zeros(CROP_BOXES, dtype=torch.int32)})[0]
+    layers = [("bilinear", inside, dict(method="BILINEAR", crop_size=[4, 6], extrapolation_value=0.0)),
+              ("nearest", inside, dict(method="NEAREST", crop_size=[5, 3], extrapolation_value=0.0)),
+              ("bilinear_out", out, dict(method="BILINEAR", crop_size=[3, 4], extrapolation_value=0.25)),
+              ("nearest_out", out, dict(method="NEAREST", crop_size=[4, 4], extrapolation_value=-0.5)),
+              ("one_row", inside, dict(method="BILINEAR", crop_size=[1, 4], extrapolation_value=0.0))]
+    return [b.layer("CropAndResize", name, [x[0], boxes, index], params)[0] for name, boxes, params in layers]
+
+
 ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
 CASES = [
     Case("roialign", "RoiAlign AVG/MAX, HALF_PIXEL/OUTPUT_HALF_PIXEL, fixed/adaptive samples, on boxes from an "
@@ -113,4 +140,10 @@ CASES = [
          data=_pyramid_data),
     Case("pyramid_roi_asym", "the same with asymmetric activations", [(PYRAMID_BOXES, 4), (PYRAMID_BOXES, 4)]
          + PYRAMID_MAPS, _pyramid, ASYM, data=_pyramid_data, calib_range=(-0.5, 1.5), run_range=(-0.5, 1.5)),
+    Case("crop_and_resize", "CropAndResize BILINEAR/NEAREST on boxes inside the map (one flipped) and reaching "
+         "out of it (extrapolation), a crop of one row", [CROP_MAP, (CROP_BOXES * 4,), (CROP_BOXES * 4,)], _crop,
+         data=_crop_data),
+    Case("crop_and_resize_asym", "the same with asymmetric activations (boxes reaching out of the map get a "
+         "zero point and stay float)", [CROP_MAP, (CROP_BOXES * 4,), (CROP_BOXES * 4,)], _crop, ASYM,
+         data=_crop_data, calib_range=(-0.5, 1.5), run_range=(-0.5, 1.5)),
 ]
