@@ -11,8 +11,9 @@ hs = ((q_y2 - q_y1)(H - 1) 256 // (ch - 1)) >> 8 (0 when ch = 1: the box's start
 its centre), y = q_y1 (H - 1) + i hs; outside when y < 0 or (y S) >> s > H - 1 (the
 integer `extrapolation_value` then); BILINEAR: top = (y S) >> s, next = top + 1 (both
 clamped into the map), f = y - trunc(top 2^s / S); t = tl + ((tr - tl) f S >> s), b =
-bl + ((br - bl) f S >> s), out = t + ((b - t) f_y S >> s); NEAREST: (y S + 2^(s-1)) >> s.
-The top keeps the map's quantization."""
+bl + ((br - bl) f S >> s), out = t + ((b - t) f_y S >> s), where the tool chain takes the
+x blend's products (tr - tl) f and then S in int32 (wrapping around); NEAREST: (y S +
+2^(s-1)) >> s. The top keeps the map's quantization."""
 import torch
 
 from ..dtype import Dtype
@@ -102,6 +103,16 @@ def _int_axis(lo, hi, size: int, count: int, s_mul: int, shift: int, nearest: bo
     return torch.clamp(low, 0, size - 1), torch.clamp(low + 1, 0, size - 1), frac, inside
 
 
+def _wrap32(v: torch.Tensor) -> torch.Tensor:
+    """v as the tool chain's int32 product holds it (two's complement wraparound)."""
+    return torch.remainder(v + (1 << 31), 1 << 32) - (1 << 31)
+
+
+def lerp_bound(fm_span: int, mult: int, shift: int) -> int:
+    """The largest |(tr - tl) f S| of the x blend: f < 2^s / S + 1."""
+    return fm_span * ((1 << shift) // mult + 2) * mult
+
+
 def int_crop(node, fm, boxes, index, crop, method: str) -> torch.Tensor:
     rescale = Rescale.read(node)
     s_mul, shift = int(rescale.multiplier), int(rescale.shift)
@@ -121,10 +132,10 @@ def int_crop(node, fm, boxes, index, crop, method: str) -> torch.Tensor:
     if nearest:
         out = _pick(q, y0, x0)
     else:
-        fx, fy = fx[:, None, :, None] * s_mul, fy[:, :, None, None] * s_mul
+        fx, fy = fx[:, None, :, None], fy[:, :, None, None] * s_mul
         tl, tr, bl, br = _pick(q, y0, x0), _pick(q, y0, x1), _pick(q, y1, x0), _pick(q, y1, x1)
-        upper = tl + (((tr - tl) * fx) >> shift)
-        lower = bl + (((br - bl) * fx) >> shift)
+        upper = tl + (_wrap32(_wrap32((tr - tl) * fx) * s_mul) >> shift)
+        lower = bl + (_wrap32(_wrap32((br - bl) * fx) * s_mul) >> shift)
         out = upper + (((lower - upper) * fy) >> shift)
     inside = (y_in[:, :, None] & x_in[:, None, :]).unsqueeze(-1)
     return torch.where(inside, out, torch.full_like(out, fill))
@@ -145,7 +156,8 @@ def crop_and_resize_forward(self, *args):
 @quant_register(OpType.CropAndResize, "1.0")
 def crop_and_resize_quantize(self, *args):
     """The top keeps the map's quantization (its dtype's range); (S, s) ~ 1 / box scale
-    (15-bit multiplier); extrapolation_value becomes its integer on the map's grid. The
+    (the most bits up to 15 that keep the x blend's int32 products from wrapping; none do
+    for a 16-bit map: such BILINEAR layers stay float); extrapolation_value becomes its integer on the map's grid. The
     tool chain's forward reads the boxes' integers without their zero point, and for a crop
     of one row or column their start instead of their centre: such layers stay in float."""
     _roi.check_inputs(self, 3)
@@ -161,10 +173,14 @@ def crop_and_resize_quantize(self, *args):
     out = self.outputs[0]
     QT.copy_quantization(fm, out)
     out.qmin, out.qmax = out.dtype.qmin, out.dtype.qmax
-    m, s = qmath.scale_approximation(1.0 / float(boxes.scale), INDEX_BITS)
-    if s < 1:
-        raise QT.Unsupported(f"layer '{self.name}' (CropAndResize): box scale {float(boxes.scale)} leaves no "
-                             f"fraction bits")
+    method = _params(self)[1]
+    for bits in range(INDEX_BITS, 1, -1):  # the x blend's int32 products must not wrap
+        m, s = qmath.scale_approximation(1.0 / float(boxes.scale), bits)
+        if method == "NEAREST" or lerp_bound(fm.dtype.qmax - fm.dtype.qmin, m, s) < 1 << 31:
+            break
+    if s < 1 or (method == "BILINEAR" and lerp_bound(fm.dtype.qmax - fm.dtype.qmin, m, s) >= 1 << 31):
+        raise QT.Unsupported(f"layer '{self.name}' (CropAndResize): a {fm.dtype.bits}-bit map with boxes of scale "
+                             f"{float(boxes.scale):g} overflows the integer form's int32 blend; kept in float")
     Rescale(m, s, Dtype.UINT16).write(self)
     fill = qmath.quantize(torch.tensor([float(extrapolation)]), fm.scale, fm.zerop, out.qmin, out.qmax)
     self.params["extrapolation_value"] = int(fill.item())

@@ -5,7 +5,8 @@ to crop_size [ch, cw], BILINEAR or NEAREST, extrapolation_value outside the map.
 Float (float32): y = y1 (H - 1) + i (y2 - y1)(H - 1) / (ch - 1), the centre for ch = 1.
 Integer, on the stored integers of the map and the boxes: step ((q2 - q1)(H - 1) 256 //
 (ch - 1)) >> 8 (0 for ch = 1), y = q1 (H - 1) + i step, taps (y S) >> s and the next,
-fraction y - trunc(tap 2^s / S), products (d f S) >> s; (S, s) = scale_value/shift_value."""
+fraction y - trunc(tap 2^s / S), products (d f S) >> s (along x d f and then S wrap around
+in int32); (S, s) = scale_value/shift_value."""
 import numpy as np
 
 from ..floats import computing_float
@@ -89,6 +90,11 @@ def _int_points(lo, hi, size, count, mul, shift, nearest):
     return np.clip(low, 0, size - 1), np.clip(low + 1, 0, size - 1), frac, inside
 
 
+def _int32(v):
+    """The tool chain's int32 products of the x blend wrap around."""
+    return (v + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+
 def crop_int(layer, xs, infos):
     index = _check(layer, xs)
     (ch, cw), method = _params(layer)
@@ -108,10 +114,10 @@ def crop_int(layer, xs, infos):
     if nearest:
         out = _pick(q, y0, x0)
     else:
-        fx, fy = fx[:, None, :, None] * mul, fy[:, :, None, None] * mul
+        fx, fy = fx[:, None, :, None], fy[:, :, None, None] * mul
         tl, tr, bl, br = _pick(q, y0, x0), _pick(q, y0, x1), _pick(q, y1, x0), _pick(q, y1, x1)
-        upper = tl + (((tr - tl) * fx) >> shift)
-        lower = bl + (((br - bl) * fx) >> shift)
+        upper = tl + (_int32(_int32((tr - tl) * fx) * mul) >> shift)
+        lower = bl + (_int32(_int32((br - bl) * fx) * mul) >> shift)
         out = upper + (((lower - upper) * fy) >> shift)
     out = np.where((y_in[:, :, None] & x_in[:, None, :])[..., None], out, fill)
     return [np.clip(out, *layer.top_range(0))]
