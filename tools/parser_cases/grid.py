@@ -24,10 +24,8 @@ def _grid_sample(rng, onnx_path):
 
 
 def _save(nodes, name, inputs, outputs, inits, opset, onnx_path):
-    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs, inits),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 9
-    onnx.save(model, onnx_path)
+    onnx.save(helper.make_model(helper.make_graph(nodes, name, inputs, outputs, inits),
+                                opset_imports=[helper.make_opsetid("", opset)], ir_version=9), onnx_path)
 
 
 def _affine_grid(rng, onnx_path):

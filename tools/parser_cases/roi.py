@@ -51,10 +51,8 @@ def _crop_and_resize(rng, onnx_path):
                                       coordinate_transformation_mode="tf_crop_and_resize",
                                       extrapolation_value=fill))
         outs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 3] + size))
-    model = helper.make_model(helper.make_graph(nodes, "crop_and_resize", [x], outs, inits),
-                              opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, onnx_path)
+    onnx.save(helper.make_model(helper.make_graph(nodes, "crop_and_resize", [x], outs, inits),
+                                opset_imports=[helper.make_opsetid("", 13)], ir_version=8), onnx_path)
 
 
 CASES = [
