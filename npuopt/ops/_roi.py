@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from ..errors import IRError
+from ..quant import qmath
 from ._layout import param_choice
 
 CHUNK_ELEMENTS = 1 << 23     # gathered values held at once (boxes are taken in chunks)
@@ -80,9 +81,25 @@ def gather_reduce(fm: torch.Tensor, batch: torch.Tensor, index: torch.Tensor, we
     for lo in range(0, r, step):
         hi = min(r, lo + step)
         rows = index[lo:hi] + (batch[lo:hi] * (h * w)).reshape(-1, 1, 1, 1)
-        values = flat[rows.reshape(-1)].reshape(hi - lo, p, s, t, c)
+        values = flat.index_select(0, rows.reshape(-1)).reshape(hi - lo, p, s, t, c)
         out[lo:hi] = combine(values, weight[lo:hi].unsqueeze(-1), *(e[lo:hi] for e in per_box))
     return out
+
+
+def gather_sum(fm: torch.Tensor, batch: torch.Tensor, index: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """gather_reduce's weighted sum over every tap of every sample, as one batched matrix
+    product per chunk; an integer map in float32 where every partial sum stays below 2^24,
+    else in float64 (exact: integers below 2^53)."""
+    if not fm.is_floating_point():
+        bound = int(fm.abs().max()) * int(weight.abs().max()) * weight[0, 0].numel() if fm.numel() and \
+            weight.numel() else 0
+        fm = fm.to(torch.float32 if bound < qmath.EXACT_FLOAT32 else torch.float64)
+    return gather_reduce(fm, batch, index, weight.to(fm.dtype), _weighted_sum)
+
+
+def _weighted_sum(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    r, p, s, t, c = values.shape
+    return torch.einsum("rpkc,rpk->rpc", values.reshape(r, p, s * t, c), weight.reshape(r, p, s * t))
 
 
 def corner_grid(y_lo, y_hi, x_lo, x_hi, w: int):

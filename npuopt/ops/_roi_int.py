@@ -101,7 +101,7 @@ def int_roi_align(node, p, x: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
     samples = (ys[4] * xs[4]).to(torch.float64).reshape(-1, 1, 1)
     per_box = samples * p.pooled[0] * p.pooled[1] if adaptive else torch.ones_like(samples)
     if p.method == "AVG":
-        s = _roi.gather_reduce(x, batch, index, weight, lambda v, wt: (v * wt).sum((2, 3)))
+        s = _roi.gather_sum(x, batch, index, weight)
         y = torch.round(s * m_out * 2.0 ** -total_shift / (per_box * samples if adaptive else per_box))
     else:
         y = _roi.gather_reduce(x, batch, index, weight, _largest(m_out * 2.0 ** -total_shift), keep, per_box)

@@ -132,7 +132,7 @@ def _float_pixel_boxes(fm: torch.Tensor, boxes: torch.Tensor, p: dict, level: in
     index = _roi.flat_samples(_roi.corner_grid(ys[0], ys[1], xs[0], xs[1], w))
     weight = _roi.flat_samples(_roi.corner_weights(*(v.to(fm.dtype) for v in (ys[2], ys[3], xs[2], xs[3]))))
     batch = torch.zeros(len(boxes), dtype=torch.int64, device=fm.device)
-    out = _roi.gather_reduce(fm[:1], batch, index, weight, lambda v, wt: (v * wt).sum((2, 3)))
+    out = _roi.gather_sum(fm[:1], batch, index, weight)
     out = out / (ys[4] * xs[4]).to(out.dtype).reshape(-1, 1, 1)
     out = torch.where((ys[5] & xs[5]).reshape(-1, 1, 1), out, torch.zeros_like(out))
     return out.reshape(len(boxes), rh, rw, c)

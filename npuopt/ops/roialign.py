@@ -124,7 +124,7 @@ def float_roi_align(x: torch.Tensor, rois: torch.Tensor, p: RoiParams) -> torch.
     if p.method == "AVG":
         count = ys[4] * xs[4]
         count = torch.clamp(count, min=1) if p.torchvision_like else count
-        out = _roi.gather_reduce(x, batch, index, weight, lambda v, wt: (v * wt).sum((2, 3)))
+        out = _roi.gather_sum(x, batch, index, weight)
         out = out / count.to(out.dtype).reshape(-1, 1, 1)
     else:
         out = _roi.gather_reduce(x, batch, index, weight, _largest, keep)
