@@ -13,6 +13,7 @@ import torch
 
 from ..errors import IRError
 from ..quant import qmath
+from ..quant import tensors as QT
 from ._layout import param_choice
 
 CHUNK_ELEMENTS = 1 << 23     # gathered values held at once (boxes are taken in chunks)
@@ -46,6 +47,18 @@ def half_pixel(node, default: str) -> bool:
 def check_inputs(node, count: int) -> None:
     if len(node.inputs) != count:
         raise IRError(f"layer '{node.name}' ({node.type}): takes {count} inputs, got {len(node.inputs)}")
+
+
+def quantized_inputs(node, count: int, read_without_zero_point: int = None, what: str = "input") -> None:
+    """A quantize function's preamble: `count` inputs, all quantized; the tool chain's
+    integer form reads input `read_without_zero_point`'s stored integers without its zero
+    point, so one that has a zero point keeps the layer in float."""
+    check_inputs(node, count)
+    QT.check_quantized_inputs(node)
+    if read_without_zero_point is not None and int(node.inputs[read_without_zero_point].zerop) != 0:
+        raise QT.Unsupported(f"layer '{node.name}' ({node.type}): {what} has zero point "
+                             f"{int(node.inputs[read_without_zero_point].zerop)}; the integer form reads its "
+                             f"stored integers without one")
 
 
 def check_map(node, x: torch.Tensor, what: str = "input 0") -> None:
@@ -142,3 +155,23 @@ def batch_of(rois_batch: torch.Tensor, n: int):
 
 def ceil_int(v: torch.Tensor) -> torch.Tensor:
     return torch.ceil(v).to(torch.int64)
+
+
+def loop_points(lo, hi, scale: float, bins: int, ratio: int, half_pixel: bool):
+    """The tool chain's sample points along one axis of each box, in float32 in its order
+    of operations: start = lo * scale - offset (1/2 with HALF_PIXEL), extent = end - start
+    (at least 1 without HALF_PIXEL), step = extent / bins, samples `ratio` or ceil(step),
+    bin = step / samples, point ((step * i + start) + bin / 2) + bin * g. Returns (start,
+    end, grid, points [R, bins, G], the samples that exist [R, bins, G])."""
+    offset = 0.5 if half_pixel else 0.0
+    start = lo * torch.tensor(scale, dtype=torch.float32) - offset
+    end = hi * torch.tensor(scale, dtype=torch.float32) - offset
+    extent = end - start if half_pixel else torch.clamp(end - start, min=1.0)
+    step = extent / bins
+    grid = torch.full_like(start, ratio, dtype=torch.int64) if ratio > 0 else ceil_int(step)
+    width = step / grid.float()
+    g = torch.arange(largest_grid(grid), dtype=torch.float32, device=lo.device)
+    i = torch.arange(bins, dtype=torch.float32, device=lo.device)
+    c = ((step[:, None, None] * i[None, :, None] + start[:, None, None]) + (width / 2)[:, None, None]) + \
+        width[:, None, None] * g[None, None, :]
+    return start, end, grid, c, sample_mask(grid, g.numel())[:, None, :].expand(c.shape)

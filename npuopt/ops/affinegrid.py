@@ -84,12 +84,8 @@ def affine_grid_quantize(self, *args):
     clamp(ceil(log2(largest side)) + 1, 8, 14); M/s ~ s_out / (s_theta 2^multiplier_bits)
     of the activation bits. The tool chain reads theta's integers without its zero point:
     a theta with one stays float."""
-    _roi.check_inputs(self, 2)
-    QT.check_quantized_inputs(self)
+    _roi.quantized_inputs(self, 2, 0, "theta")
     theta, out = self.inputs[0], self.outputs[0]
-    if int(theta.zerop) != 0:
-        raise QT.Unsupported(f"layer '{self.name}' (AffineGrid): theta has zero point {int(theta.zerop)}; the "
-                             f"integer form reads it without one")
     sizes = list(out.ir_shape[1:-1])
     QT.quantize_activation(self, out, signed=True)
     mult_bits = max(8, min(14, math.ceil(math.log2(max(sizes))) + 1))

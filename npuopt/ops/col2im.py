@@ -123,11 +123,7 @@ def col2im_quantize(self, *args):
     """The top from its calibrated range, signed as the input; M/s ~ s_out / s_in of the
     activation bits. The tool chain sums the input's integers without its zero point: an
     input with one stays float."""
-    _roi.check_inputs(self, 3)
-    QT.check_quantized_inputs(self)
+    _roi.quantized_inputs(self, 3, 0)
     x, out = self.inputs[0], self.outputs[0]
-    if int(x.zerop) != 0:
-        raise QT.Unsupported(f"layer '{self.name}' (Col2Im): input zero point {int(x.zerop)}; the integer form "
-                             f"sums the stored integers without it")
     QT.quantize_activation(self, out, signed=x.dtype.is_signed)
     Rescale.from_ratio(float(out.scale) / float(x.scale), out.qbits).write(self)

@@ -157,23 +157,19 @@ def crop_and_resize_forward(self, *args):
 def crop_and_resize_quantize(self, *args):
     """The top keeps the map's quantization (its dtype's range); (S, s) ~ 1 / box scale
     (the most bits up to 15 that keep the x blend's int32 products from wrapping; none do
-    for a 16-bit map: such BILINEAR layers stay float); extrapolation_value becomes its integer on the map's grid. The
-    tool chain's forward reads the boxes' integers without their zero point, and for a crop
-    of one row or column their start instead of their centre: such layers stay in float."""
-    _roi.check_inputs(self, 3)
-    QT.check_quantized_inputs(self)
+    for a 16-bit map: such BILINEAR layers stay float); extrapolation_value becomes its
+    integer on the map's grid. The tool chain's forward reads the boxes' integers without
+    their zero point, and for a crop of one row or column their start instead of their
+    centre: such layers stay in float."""
+    _roi.quantized_inputs(self, 3, 1, "boxes")
     fm, boxes, _ = self.inputs
-    crop, _, extrapolation = _params(self)
+    crop, method, extrapolation = _params(self)
     if min(crop) == 1:
         raise QT.Unsupported(f"layer '{self.name}' (CropAndResize): the integer form of a crop of one row or "
                              f"column reads the box's start, not its centre")
-    if int(boxes.zerop) != 0:
-        raise QT.Unsupported(f"layer '{self.name}' (CropAndResize): its boxes have zero point {int(boxes.zerop)}; "
-                             f"the integer form reads them without one")
     out = self.outputs[0]
     QT.copy_quantization(fm, out)
     out.qmin, out.qmax = out.dtype.qmin, out.dtype.qmax
-    method = _params(self)[1]
     for bits in range(INDEX_BITS, 1, -1):  # the x blend's int32 products must not wrap
         m, s = qmath.scale_approximation(1.0 / float(boxes.scale), bits)
         if method == "NEAREST" or lerp_bound(fm.dtype.qmax - fm.dtype.qmin, m, s) < 1 << 31:

@@ -101,26 +101,15 @@ def _pixel_levels(boxes: torch.Tensor) -> torch.Tensor:
 
 def _float_axis(lo, hi, scale: float, bins: int, ratio: int, size: int, half_pixel: bool):
     """Per-axis taps of the pixel-box form (float32)."""
-    offset = 0.5 if half_pixel else 0.0
-    start = lo * torch.tensor(scale, dtype=torch.float32) - offset
-    extent = hi * torch.tensor(scale, dtype=torch.float32) - offset - start
-    if not half_pixel:
-        extent = torch.clamp(extent, min=1.0)
-    step = extent / bins
-    grid = torch.full_like(start, ratio, dtype=torch.int64) if ratio > 0 else _roi.ceil_int(step)
-    width = step / grid.float()
-    g = torch.arange(_roi.largest_grid(grid), dtype=torch.float32, device=lo.device)
-    i = torch.arange(bins, dtype=torch.float32, device=lo.device)
-    c = ((step[:, None, None] * i[None, :, None] + start[:, None, None]) + (width / 2)[:, None, None]) + \
-        width[:, None, None] * g[None, None, :]
-    inside = (c >= -1.0) & (c <= size) & _roi.sample_mask(grid, g.numel())[:, None, :]
+    start, end, grid, c, inside = _roi.loop_points(lo, hi, scale, bins, ratio, half_pixel)
+    inside = inside & (c >= -1.0) & (c <= size)
     c = torch.clamp(torch.where(inside, c, torch.zeros_like(c)), 0, size - 1)
     low = torch.floor(c)
     frac = c - low
     low = low.to(torch.int64)
     zero = torch.zeros_like(frac)
     return low, torch.clamp(low + 1, max=size - 1), torch.where(inside, 1.0 - frac, zero), \
-        torch.where(inside, frac, zero), grid, extent != 0
+        torch.where(inside, frac, zero), grid, (end != start) | (not half_pixel)
 
 
 def _float_pixel_boxes(fm: torch.Tensor, boxes: torch.Tensor, p: dict, level: int) -> torch.Tensor:

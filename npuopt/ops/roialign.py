@@ -83,19 +83,8 @@ def _torchvision_axis(lo, hi, scale: float, bins: int, ratio: int, size: int):
 
 def _local_axis(lo, hi, scale: float, bins: int, ratio: int, size: int, half_pixel: bool):
     """Per-axis taps of the tool chain's own loop, in float32."""
-    offset = 0.5 if half_pixel else 0.0
-    start = lo * torch.tensor(scale, dtype=torch.float32) - offset
-    end = hi * torch.tensor(scale, dtype=torch.float32) - offset
+    start, end, grid, c, inside = _roi.loop_points(lo, hi, scale, bins, ratio, half_pixel)
     keep = (end >= start) & (end <= size)
-    extent = end - start if half_pixel else torch.clamp(end - start, min=1.0)
-    step = extent / bins
-    grid = torch.full_like(start, ratio, dtype=torch.int64) if ratio > 0 else _roi.ceil_int(step)
-    width = step / grid.float()
-    g = torch.arange(_roi.largest_grid(grid), dtype=torch.float32, device=lo.device)
-    i = torch.arange(bins, dtype=torch.float32, device=lo.device)
-    c = ((step[:, None, None] * i[None, :, None] + start[:, None, None]) + (width / 2)[:, None, None]) + \
-        width[:, None, None] * g[None, None, :]
-    inside = _roi.sample_mask(grid, g.numel())[:, None, :].expand(c.shape)
     low = torch.floor(torch.where(inside, c, torch.zeros_like(c))).to(torch.int64)
     top = low >= size - 1
     frac = torch.where(top, torch.zeros_like(c), c - low.float())

@@ -235,10 +235,11 @@ def roialign_int(layer, xs, infos):
     adaptive = min(p["sample"]) <= 0
     half = (1 << (ss - 1)) if p["half"] else 0
     sy, sx = p["spatial"]
-    if adaptive:
-        y1, x1, y2, x2 = (scaled(rois[:, k] * sp, m_roi, s_roi) - half for k, sp in ((1, sy), (2, sx), (3, sy), (4, sx)))
+    corners = ((1, sy), (2, sx), (3, sy), (4, sx))
+    if adaptive:  # the spatial scale inside the float32 product, else after it
+        y1, x1, y2, x2 = (scaled(rois[:, k] * sp, m_roi, s_roi) - half for k, sp in corners)
     else:
-        y1, x1, y2, x2 = (scaled(rois[:, k], m_roi, s_roi) * sp - half for k, sp in ((1, sy), (2, sx), (3, sy), (4, sx)))
+        y1, x1, y2, x2 = (scaled(rois[:, k], m_roi, s_roi) * sp - half for k, sp in corners)
     batch, ok = batches(rois[:, 0], n)
     ok = ok & (x2 >= x1) & (y2 >= y1) & (x2 <= w << ss) & (y2 <= h << ss)
     ey, ex = y2 - y1, x2 - x1
