@@ -1,4 +1,4 @@
-"""AffineGrid: torch's affine_grid. Theta (input 0, [N, 2, 3] or [N, 3, 4]) maps the base
+"""AffineGrid: torch's affine_grid (its sums elementwise: float_affine_grid). Theta (input 0, [N, 2, 3] or [N, 3, 4]) maps the base
 grid of the size (input 1: [N, H, W, C] or [N, D, H, W, C], int32, as the parser writes it)
 to sampling coordinates: out[n, (d,) h, w] = theta[n] @ (x_w, y_h(, z_d), 1), with x_w =
 linspace(-1, 1, W) (times (W - 1) / W without align_corners). Top [N, H, W, 2] or [N, D,
@@ -45,8 +45,28 @@ def _sizes(node, theta: torch.Tensor, size: torch.Tensor) -> list:
 
 
 def base_coordinates(size: int, align: bool, dtype=torch.float32) -> torch.Tensor:
-    line = torch.linspace(-1, 1, size, dtype=dtype)
+    """torch's linspace(-1, 1, size) (the first half from -1, the second from 1), products and
+    sums as separate steps (torch's own may fuse them), times (size - 1) / size without
+    align_corners."""
+    i = torch.arange(size, dtype=dtype)
+    step = torch.tensor(2.0 / (size - 1) if size > 1 else 0.0, dtype=dtype)
+    line = torch.where(i < max(size // 2, 1), -1 + i * step, 1 - (size - 1 - i) * step)
     return line if align else line * (size - 1) / size
+
+
+def float_affine_grid(theta: torch.Tensor, sizes, align: bool) -> torch.Tensor:
+    """torch's affine_grid, its sums taken elementwise in the order x, y(, z), translation
+    (torch's batched product may sum in any order: npuopt-run then could not match it)."""
+    axes = [base_coordinates(size, align, theta.dtype).to(theta.device) for size in sizes[::-1]]
+    grids = torch.meshgrid(*axes[::-1], indexing="ij")[::-1]          # x, y(, z), each [(D,) H, W]
+    out = []
+    for i in range(len(sizes)):
+        row = theta[:, i].reshape((-1, len(sizes) + 1) + (1,) * len(sizes))
+        total = grids[0] * row[:, 0]
+        for k in range(1, len(sizes)):
+            total = total + grids[k] * row[:, k]
+        out.append(total + row[:, -1])
+    return torch.stack(out, -1)
 
 
 @op_register(OpType.AffineGrid, "1.0")
@@ -58,8 +78,7 @@ def affine_grid_forward(self, *args):
     align = _align(self)
     out_t = self.outputs[0]
     if not self.quantized:
-        shape = [theta.shape[0], 1] + sizes
-        out_t.betensor = torch.nn.functional.affine_grid(theta, shape, align_corners=align)
+        out_t.betensor = float_affine_grid(theta, sizes, align)
         return out_t.betensor
     mult_bits = self.get_param("multiplier_bits", 0)
     if isinstance(mult_bits, bool) or not isinstance(mult_bits, int) or not 0 <= mult_bits <= 30:

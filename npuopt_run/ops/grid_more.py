@@ -53,9 +53,14 @@ def affine_grid_float(layer, xs, infos):
     for size in sizes[::-1]:
         line = _linspace(size, t)
         lines.append(line if align else line * t(size - 1) / t(size))
-    base = np.concatenate([_base(lines), np.ones((math.prod(sizes), 1), theta.dtype)], 1)
-    out = np.einsum("pk,nik->npi", base, theta)
-    return [out.reshape([theta.shape[0]] + sizes + [len(sizes)])]
+    base = _base(lines)
+    out = []
+    for i in range(len(sizes)):  # elementwise sums in the order x, y(, z), translation
+        total = base[None, :, 0] * theta[:, i, 0, None]
+        for k in range(1, len(sizes)):
+            total = total + base[None, :, k] * theta[:, i, k, None]
+        out.append(total + theta[:, i, -1, None])
+    return [np.stack(out, -1).reshape([theta.shape[0]] + sizes + [len(sizes)])]
 
 
 def affine_grid_int(layer, xs, infos):
