@@ -91,7 +91,8 @@ OPT_GRID_SAMPLE_LIMITATION = ("OPT limitation: its GridSample forward computes C
                               "grid_sample and keeps such layers in float, which OPT's quantizer refuses")
 # op tests whose every layer OPT computes otherwise than its type means (strict: an OPT that
 # gets them right passes and shows)
-OPT_SUBSTITUTES = {"grid_sample_cubic_reflection": OPT_GRID_SAMPLE_LIMITATION}
+OPT_SUBSTITUTES = {"grid_sample_cubic_reflection": OPT_GRID_SAMPLE_LIMITATION,
+                   "parser_grid_sample_cubic_reflection": OPT_GRID_SAMPLE_LIMITATION}
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
 

@@ -18,9 +18,21 @@ class _GridSamples(torch.nn.Module):
                 F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=True))
 
 
-def _grid_sample(rng, onnx_path):
-    torch.onnx.export(_GridSamples().eval(), (torch.zeros(1, 3, 6, 7), torch.zeros(1, 4, 5, 2)), onnx_path,
+class _TorchOnlyGridSamples(torch.nn.Module):
+    """The modes the tool chain's forward substitutes (CUBIC -> BILINEAR, REFLECTION -> ZEROS)."""
+    def forward(self, x, grid):
+        return (F.grid_sample(x, grid, mode="bicubic", padding_mode="zeros", align_corners=False),
+                F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=True),
+                F.grid_sample(x, grid, mode="bicubic", padding_mode="reflection", align_corners=False))
+
+
+def _grid_sample(rng, onnx_path, module=_GridSamples):
+    torch.onnx.export(module().eval(), (torch.zeros(1, 3, 6, 7), torch.zeros(1, 4, 5, 2)), onnx_path,
                       opset_version=16, dynamo=False, input_names=["in0", "in1"])
+
+
+def _torch_only(rng, onnx_path):
+    _grid_sample(rng, onnx_path, _TorchOnlyGridSamples)
 
 
 def _save(nodes, name, inputs, outputs, inits, opset, onnx_path):
@@ -75,6 +87,8 @@ CASES = [
     Case("parser_grid_sample", "GridSample of torch's grid_sample: bilinear zeros, bilinear border with "
          "align_corners, nearest zeros", [(3, 6, 7), (4, 5, 2)], _grid_sample, calib_range=(-1.2, 1.2),
          run_range=(-1.2, 1.2)),
+    Case("parser_grid_sample_cubic_reflection", "GridSample of torch's grid_sample: bicubic, reflection padding "
+         "(kept in float)", [(3, 6, 7), (4, 5, 2)], _torch_only, calib_range=(-1.2, 1.2), run_range=(-1.2, 1.2)),
     Case("parser_affine_grid", "AffineGrid of ONNX AffineGrid (align_corners 0 and 1) feeding a GridSample",
          [(2, 3), (3, 5, 6)], _affine_grid, data=_theta),
     Case("parser_col2im", "Col2Im of ONNX Col2Im, 2-D with strides, dilations and pads", [(12, 12)], _col2im),
