@@ -143,7 +143,8 @@ def sample_mask(grid: torch.Tensor, largest: int) -> torch.Tensor:
 
 
 def largest_grid(grid: torch.Tensor) -> int:
-    return int(grid.max()) if grid.numel() else 0
+    """The most samples of a box along an axis, at least 1 (the samples a box lacks are masked)."""
+    return max(1, int(grid.max())) if grid.numel() else 1
 
 
 def batch_of(rois_batch: torch.Tensor, n: int):

@@ -98,7 +98,7 @@ def _tv_axis(lo, hi, scale, bins, ratio, size):
     extent = np.maximum((hi.astype(np.float64) * scale).astype(np.float32) - start, np.float32(1))
     width = extent / np.float32(bins)
     grid = np.full(len(lo), ratio, np.int64) if ratio > 0 else np.ceil(width).astype(np.int64)
-    g = np.arange(grid.max(initial=0), dtype=np.float32)
+    g = np.arange(max(1, grid.max(initial=1)), dtype=np.float32)
     i = np.arange(bins, dtype=np.float32)
     c = (start[:, None, None] + i[None, :, None] * width[:, None, None]) + \
         ((g + np.float32(0.5))[None, None, :] * width[:, None, None]) / grid.astype(np.float32)[:, None, None]
@@ -123,7 +123,7 @@ def _loop_axis(lo, hi, scale, bins, ratio, size, half):
     grid = np.full(len(lo), ratio, np.int64) if ratio > 0 else np.ceil(step).astype(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         width = step / grid.astype(np.float32)
-    g = np.arange(grid.max(initial=0), dtype=np.float32)
+    g = np.arange(max(1, grid.max(initial=1)), dtype=np.float32)
     i = np.arange(bins, dtype=np.float32)
     c = ((step[:, None, None] * i[None, :, None] + start[:, None, None]) + (width / np.float32(2))[:, None, None]) \
         + width[:, None, None] * g[None, None, :]
@@ -205,7 +205,7 @@ def _adaptive_axis(start, extent, bins, ratio, size, ss):
     width = extent // whole
     width_mod = extent - width * whole
     i = np.arange(bins)[None, :, None]
-    g = np.arange(grid.max(initial=0))[None, None, :]
+    g = np.arange(max(1, grid.max(initial=1)))[None, None, :]
 
     def col(v):
         return v[:, None, None]

@@ -84,7 +84,7 @@ def _pixel_axis(lo, hi, scale, bins, ratio, size, half):
     grid = np.full(len(lo), ratio, np.int64) if ratio > 0 else np.ceil(step).astype(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         width = step / grid.astype(np.float32)
-    g = np.arange(grid.max(initial=0), dtype=np.float32)
+    g = np.arange(max(1, grid.max(initial=1)), dtype=np.float32)
     c = ((step[:, None, None] * np.arange(bins, dtype=np.float32)[None, :, None] + start[:, None, None])
          + (width / np.float32(2))[:, None, None]) + width[:, None, None] * g[None, None, :]
     inside = (c >= -1) & (c <= size) & grid_mask(grid, len(g))[:, None, :]
@@ -150,7 +150,7 @@ def _int_axis(start, extent, bins, ratio, size, ss):
         grid = whole + (extent - whole * unit > 0)
     step = np.fix(extent / bins).astype(np.int64)
     width = np.fix(step / (2 * np.maximum(grid, 1))).astype(np.int64)
-    g = np.arange(grid.max(initial=0))
+    g = np.arange(max(1, grid.max(initial=1)))
     c = (step[:, None, None] * np.arange(bins)[None, :, None] + start[:, None, None]) + \
         width[:, None, None] * (2 * g + 1)[None, None, :]
     low = c >> ss
