@@ -141,5 +141,74 @@ def region_int(layer, xs, infos):
     return _region_run(layer, x, scores, threshold, boxes, np.int64)
 
 
-FLOAT = {"Region": region_float}
-INT = {"Region": region_int}
+# ---- RegionFuse --------------------------------------------------------------------------
+def _fuse_sizes(layer, xs):
+    _count(layer, xs, 10, 5)
+    shapes = [x.shape for x in xs]
+    if any(len(s) != 2 for s in shapes[0:2] + shapes[4:]) or any(len(s) != 3 or s[2] != 4 for s in shapes[2:4]) \
+            or len({s[0] for s in shapes}) != 1 or shapes[4] != shapes[6] or shapes[5] != shapes[7]:
+        raise layer.error(f"inputs {[list(s) for s in shapes]} are not two Regions' tops", "layer_bottom_shape")
+    classes = layer.param("class_num")
+    if classes < max(shapes[4][1], shapes[5][1]) or layer.top_shapes[2][1] != classes:
+        raise layer.error(f"class_num {classes} does not fit the inputs or the tops", "class_num")
+    return layer.top_shapes[0][1], classes
+
+
+def _fuse_one(scores, boxes, counts, labels, totals, capacity, classes):
+    """One batch item: boxes keyed by (label, input), in a stable order, cut at capacity."""
+    keys, rows, lists = [], [], []
+    for i in range(2):
+        n = int(np.clip(totals[i].reshape(-1)[0], 0, labels[i].size))
+        lab = labels[i][:n].astype(np.int64)
+        per_box = np.repeat(lab, np.maximum(counts[i][:n].astype(np.int64), 0))[:scores[i].size]
+        keys.append(per_box * 2 + i)
+        rows.append(np.arange(per_box.size))
+        lists.append(lab)
+    key = np.concatenate(keys)
+    order = np.argsort(key, kind="stable")[:capacity]
+    row, source = np.concatenate(rows)[order], key[order] % 2
+    out_s = np.where(source == 0, scores[0][np.minimum(row, scores[0].size - 1)],
+                     scores[1][np.minimum(row, scores[1].size - 1)])
+    out_b = np.where((source == 0)[:, None], boxes[0][np.minimum(row, len(boxes[0]) - 1)],
+                     boxes[1][np.minimum(row, len(boxes[1]) - 1)])
+    present = np.unique(np.concatenate(lists))[:classes]
+    per_class = np.array([(key[order] // 2 == c).sum() for c in present], np.int64)
+    return out_s, out_b, per_class, present
+
+
+def _fuse_run(layer, xs, dtype):
+    capacity, classes = _fuse_sizes(layer, xs)
+    batch = xs[0].shape[0]
+    out = [np.zeros((batch, capacity), dtype), np.zeros((batch, capacity, 4), dtype),
+           np.zeros((batch, classes), np.int64), np.zeros((batch, classes), np.int64), np.zeros((batch, 1), np.int64)]
+    for b in range(batch):
+        s, bx, per_class, present = _fuse_one(*[[xs[i][b], xs[i + 1][b]] for i in range(0, 10, 2)], capacity, classes)
+        out[0][b, :s.size], out[1][b, :s.size] = s, bx
+        out[2][b, :present.size], out[3][b, :present.size], out[4][b, 0] = per_class, present, present.size
+    return out
+
+
+def regionfuse_float(layer, xs, infos):
+    return _fuse_run(layer, xs, np.float64)
+
+
+def _pair(layer, key):
+    value = layer.param(key)
+    if not isinstance(value, list) or len(value) != 2 or any(isinstance(v, bool) or not isinstance(v, int)
+                                                               for v in value):
+        raise layer.error(f"'{key}' must be a list of two integers, got {value!r}", key)
+    return value
+
+
+def regionfuse_int(layer, xs, infos):
+    xs = list(xs)
+    for first, prefix in ((0, "score_"), (2, "box_")):
+        ms, ss = _pair(layer, prefix + "scale_value"), _pair(layer, prefix + "shift_value")
+        for i in range(2):
+            kind = infos[first + i].dtype
+            xs[first + i] = np.clip(_wrap32(xs[first + i] * ms[i]) >> ss[i], kind.qmin, kind.qmax)
+    return _fuse_run(layer, xs, np.int64)
+
+
+FLOAT = {"Region": region_float, "RegionFuse": regionfuse_float}
+INT = {"Region": region_int, "RegionFuse": regionfuse_int}

@@ -1,6 +1,6 @@
 """Detection post-processing: Region (YOLO heads: even and odd grids, grid_compensate both
-ways, many anchors and classes), RegionFuse of two and three Regions."""
-from op_cases.common import Case
+ways, many anchors and classes), RegionFuse of two and three Regions (yolo3_tiny/full)."""
+from op_cases.common import Case, uniform
 
 ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
 ACT16 = dict(activation_bits="16")
@@ -29,6 +29,35 @@ def _region_plain(b, rng, x):
     return region(b, "region", x[0], (6, 4, 2, 25), [0.6, 0.9, 2.5, 1.7], thresh=0.1, compensate=False)
 
 
+def fuse(b, name, first, second, classes, capacity=10000):
+    """RegionFuse of two Regions' tops (the parser's order: each top of the first, then of the
+    second), holding `capacity` boxes as the parser writes it."""
+    tops = [t for pair in zip(first, second) for t in pair]
+    shapes = [[1, capacity], [1, capacity, 4], [1, classes], [1, classes], [1, 1]]
+    return b.layer("RegionFuse", name, tops, dict(class_num=classes), n_tops=5, top_shapes=shapes)
+
+
+def _yolo3_tiny(b, rng, x):
+    """Two heads (4x4 and 8x8 grids, 3 anchors, 3 classes) fused."""
+    first = region(b, "region_1", x[0], (4, 4, 3, 8), [2.5, 2.6, 4.2, 5.3, 11.7, 10.0])
+    second = region(b, "region_2", x[1], (8, 8, 3, 8), [0.6, 0.9, 1.4, 1.7, 2.3, 3.6])
+    return fuse(b, "region_fuse", first, second, 3)
+
+
+def _yolo3_full(b, rng, x):
+    """Three heads (2x2, 4x4, 8x8, 3 anchors, 5 classes): the first two fused, then the third."""
+    heads = [region(b, f"region_{i + 1}", x[i], (2 << i, 2 << i, 3, 10), anchors, thresh=0.25)
+             for i, anchors in enumerate([[3.6, 2.8, 4.9, 6.2, 11.7, 10.2], [1.9, 3.8, 3.9, 2.8, 3.7, 7.4],
+                                          [1.2, 1.6, 2.0, 3.7, 4.1, 2.9]])]
+    first = fuse(b, "region_fuse", heads[0], heads[1], 5)
+    return fuse(b, "region_fuse2", first, heads[2], 5)
+
+
+def _one_sample_run(rng, shapes, n, value_range, run):
+    """The run feeds one sample: the tool chain's RegionFuse fills only the first batch item."""
+    return [uniform(rng, value_range, (1 if run else n,) + s) for s in shapes]
+
+
 CASES = [
     Case("region_even", "Region on an even 4x4 grid (compensated centres), 5 anchors, 4 classes", [(4, 4, 5, 9)],
          _region_even, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0)),
@@ -36,4 +65,12 @@ CASES = [
          _region_odd, ASYM, calib_range=(-3.0, 2.5), run_range=(-3.0, 2.5)),
     Case("region_act16", "Region on 16-bit activations, grid_compensate off, 2 anchors, 20 classes",
          [(6, 4, 2, 25)], _region_plain, ACT16, calib_range=(-4.0, 4.0), run_range=(-4.0, 4.0)),
+    Case("regionfuse_tiny", "RegionFuse of two Regions (yolo3_tiny: 4x4 and 8x8 grids, 3 classes)",
+         [(4, 4, 3, 8), (8, 8, 3, 8)], _yolo3_tiny, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0),
+         data=_one_sample_run),
+    Case("regionfuse_full", "two RegionFuse layers over three Regions (yolo3_full: 2x2, 4x4, 8x8), asymmetric "
+         "activations", [(2, 2, 3, 10), (4, 4, 3, 10), (8, 8, 3, 10)], _yolo3_full, ASYM, calib_range=(-3.0, 3.0),
+         run_range=(-3.0, 3.0), data=_one_sample_run),
+    Case("regionfuse_act16", "RegionFuse of two Regions on 16-bit activations", [(4, 4, 3, 8), (8, 8, 3, 8)],
+         _yolo3_tiny, ACT16, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0), data=_one_sample_run),
 ]
