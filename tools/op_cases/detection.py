@@ -1,5 +1,9 @@
 """Detection post-processing: Region (YOLO heads: even and odd grids, grid_compensate both
-ways, many anchors and classes), RegionFuse of two and three Regions (yolo3_tiny/full)."""
+ways, many anchors and classes), RegionFuse of two and three Regions (yolo3_tiny/full),
+MaxRoiPool (constant ROIs and ROIs as an input)."""
+import numpy as np
+import torch
+
 from op_cases.common import Case, uniform
 
 ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
@@ -54,8 +58,38 @@ def _yolo3_full(b, rng, x):
 
 
 def _one_sample_run(rng, shapes, n, value_range, run):
-    """The run feeds one sample: the tool chain's RegionFuse fills only the first batch item."""
+    """The run feeds one sample: the tool chain's RegionFuse fills only the first batch item,
+    and MaxRoiPool's top has one row per ROI, whatever the batch."""
     return [uniform(rng, value_range, (1 if run else n,) + s) for s in shapes]
+
+
+# ROIs (batch index, y1, x1, y2, x2) in image pixels: inside, crossing the edges, past the map,
+# degenerate (end before start), one pixel, the whole image
+ROIS = [[0, 8, 4, 60, 70], [0, -20, -10, 30, 200], [0, 100, 150, 300, 330], [0, 50, 40, 20, 10],
+        [0, 33, 33, 33, 33], [0, 0, 0, 127, 159], [0, 12.4, 7.6, 40.5, 24.5]]
+
+
+def _roipool(b, rng, x):
+    """MaxRoiPool of constant ROIs at 1/16 (a 8x10 map of a 128x160 image), 3x2 and 2x4 bins."""
+    rois = b.layer("Constant", "rois", [], {}, {"weights": torch.tensor(ROIS, dtype=torch.float32)})[0]
+    return [b.layer("MaxRoiPool", name, [x[0], rois], dict(pooled_shape=list(shape), spatial=[1 / 16, 1 / 16]))[0]
+            for name, shape in (("pool_3x2", (3, 2)), ("pool_2x4", (2, 4)))]
+
+
+def _roipool_input(b, rng, x):
+    """MaxRoiPool of ROIs that are a graph input, scales 1/8 (y) and 1/4 (x)."""
+    rois = b.layer("Reshape", "rois", [x[1]], dict(shape=[6, 5]))[0]
+    return b.layer("MaxRoiPool", "pool", [x[0], rois], dict(pooled_shape=[4, 3], spatial=[0.125, 0.25]))
+
+
+def _roi_data(rng, shapes, n, value_range, run):
+    """Features uniform in value_range; ROIs of batch 0 with corners in [-8, 72] pixels; the
+    run feeds one sample (the ROIs' count is the top's first axis, not the batch)."""
+    n = 1 if run else n
+    features = uniform(rng, value_range, (n,) + shapes[0])
+    corners = rng.uniform(-8.0, 72.0, (n, shapes[1][0] // 5, 4)).astype(np.float32)
+    rois = np.concatenate([np.zeros(corners.shape[:-1] + (1,), np.float32), corners], axis=-1)
+    return [features, rois.reshape((n,) + shapes[1])]
 
 
 CASES = [
@@ -73,4 +107,10 @@ CASES = [
          run_range=(-3.0, 3.0), data=_one_sample_run),
     Case("regionfuse_act16", "RegionFuse of two Regions on 16-bit activations", [(4, 4, 3, 8), (8, 8, 3, 8)],
          _yolo3_tiny, ACT16, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0), data=_one_sample_run),
+    Case("roipool", "MaxRoiPool of constant ROIs (inside, across the edges, past the map, degenerate, one "
+         "pixel, fractional), 3x2 and 2x4 bins", [(8, 10, 4)], _roipool, data=_one_sample_run),
+    Case("roipool_input", "MaxRoiPool of ROIs given as an input, different y/x scales, asymmetric activations",
+         [(9, 12, 3), (30,)], _roipool_input, ASYM, data=_roi_data),
+    Case("roipool_act16", "MaxRoiPool on 16-bit activations", [(8, 10, 4)], _roipool, ACT16,
+         data=_one_sample_run),
 ]
