@@ -61,6 +61,11 @@ def check_top_size(node, index: int, axis: int, want: int, what: str) -> None:
         raise layer_error(node, f"{what} is {want}, but top {index} ('{node.outputs[index].name}') holds {got}")
 
 
+def floor_log2(v) -> int:
+    """floor(log2 v) with the logarithm of float32 v taken in float32, as the tool chain does."""
+    return int(torch.floor(torch.log2(torch.as_tensor(v, dtype=torch.float32))))
+
+
 def wrap_int32(v: torch.Tensor) -> torch.Tensor:
     """int64 values as the tool chain's int32 tensors hold them (two's complement)."""
     return torch.remainder(v + INT32_HALF, INT32_WRAP) - INT32_HALF

@@ -21,8 +21,8 @@ from ..quant import fields, qmath
 from ..quant import tensors as QT
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
-from ._detection import (check_counts, check_top_size, class_runs, count_param, descending, layer_error,
-                         number_param, numbers_param, top_size, wrap_int32)
+from ._detection import (check_counts, check_top_size, class_runs, count_param, descending, floor_log2,
+                         layer_error, number_param, numbers_param, top_size, wrap_int32)
 from ._movement import bool_param
 
 COORDS_AND_CONF = 5
@@ -185,7 +185,7 @@ def quantized_threshold(threshold: float, bits: int) -> int:
 
 def coordinate_shift(grid_width: int) -> int:
     """The boxes' fraction bits: floor(log2(65535 / grid_width)) in float32, at most 15."""
-    shift = int(torch.floor(torch.log2(_float32(65535 / grid_width))))
+    shift = floor_log2(65535 / grid_width)
     while 2 ** shift > COORD_SHIFT_LIMIT:
         shift -= 1
     return shift
@@ -228,7 +228,7 @@ def region_quantize(self, *args):
     p["grid_w_scale"], p["grid_h_scale"] = int(2 ** GRID_SHIFT / gw), int(2 ** GRID_SHIFT / gh)
     anchors = torch.tensor(numbers_param(self, "anchors", 2 * int(x_t.ir_shape[3])), dtype=torch.float32)
     top = anchors.max() if float(anchors.max()) >= qmath.FLOAT32_EPS else _float32(65535)
-    anchor_shift = int(torch.floor(torch.log2(_float32(65535) / top)))
+    anchor_shift = floor_log2(_float32(65535) / top)
     p["anchors_exp_w_shift"] = p["anchors_exp_h_shift"] = anchor_shift
     p["conf_sigmoid_shift"] = CONF_SHIFT
     k = min(bits, settings_of(self).lut_items_in_bits)

@@ -20,7 +20,7 @@ from ..quant import fields
 from ..quant import tensors as QT
 from ..quant.fields import BranchRescales
 from ..registry import OpType, op_register, quant_register
-from ._detection import check_counts, count_param, layer_error, top_size, wrap_int32
+from ._detection import check_counts, count_param, floor_log2, layer_error, top_size, wrap_int32
 
 BOX_NORM_BITS = 12
 
@@ -124,7 +124,7 @@ def regionfuse_quantize(self, *args):
     bits = inputs[0].qbits
     finest = min(float(inputs[2].scale), float(inputs[3].scale))
     box_bits = inputs[2].qbits - int(inputs[2].dtype.is_signed)
-    shift = BOX_NORM_BITS - (box_bits - int(torch.floor(torch.log2(torch.tensor(finest, dtype=torch.float32)))))
+    shift = BOX_NORM_BITS - (box_bits - floor_log2(finest))
     if shift < 0:
         raise QT.Unsupported(f"layer '{self.name}' (RegionFuse): boxes on a scale of {finest} need a negative shift")
     top = (1 << bits) - 1

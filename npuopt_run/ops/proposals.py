@@ -6,8 +6,16 @@ MaxRoiPool  features [N, H, W, C], ROIs [R, 5] (batch index, y1, x1, y2, x2). Fl
             [floor(i * size / n), ceil((i + 1) * size / n)) (float32) from the start, clipped
             to the map. Integer: corners ((q + zp) * spatial + 2^15) >> 16, batch index q + zp,
             the bins' floor/ceil exact. Each bin's maximum; 0 for an empty bin or a batch
-            index outside the features."""
+            index outside the features.
+Proposal    scores [B, N, 2] (column 1), deltas [B, N, 4] (ty, tx, th, tw), anchors ycenter,
+            xcenter, ha, wa. Float: cy = ty / 10 * ha + ycenter, h = e^(th / 5) * ha (x, w
+            likewise), corners clamped to the image; the boxes above score_threshold in anchor
+            order, the first the top holds. Integer: the int16 tables, h = (th_lut * ha) >>
+            box_shift_value, cy = ((ty_lut * ha) >> box_shift_value) + ycenter, corners cy -+ h / 2
+            clamped, rounded half to even; scores against score_threshold_value."""
 import numpy as np
+
+from ..intmath import lut_lookup
 
 
 def _count(layer, xs, n_in, n_out):
@@ -86,5 +94,63 @@ def roipool_int(layer, xs, infos):
     return [_max_pool(features, r[:, 0], rows, cols)]
 
 
-FLOAT = {"MaxRoiPool": roipool_float}
-INT = {"MaxRoiPool": roipool_int}
+# ---- Proposal -------------------------------------------------------------------------------
+ANCHORS = ("ycenter", "xcenter", "ha", "wa")
+DIVISORS = (10.0, 10.0, 5.0, 5.0)
+
+
+def _proposal_inputs(layer, xs):
+    _count(layer, xs, 2, 4)
+    scores, deltas = xs
+    if scores.ndim != 3 or deltas.ndim != 3 or scores.shape[2] != 2 or deltas.shape[2] != 4 \
+            or scores.shape[:2] != deltas.shape[:2]:
+        raise layer.error(f"needs scores [B, N, 2] and deltas [B, N, 4], got {list(scores.shape)} and "
+                          f"{list(deltas.shape)}", "layer_bottom_shape")
+    anchors = [layer.const(k).reshape(-1) for k in ANCHORS]
+    if any(a.size != scores.shape[1] for a in anchors):
+        raise layer.error(f"the anchors ({[a.size for a in anchors]}) do not fit {scores.shape[1]} boxes", "ha_shape")
+    return scores[..., 1], deltas, anchors
+
+
+def _proposal_tops(layer, score, boxes, threshold, dtype):
+    b = score.shape[0]
+    m = layer.top_shapes[0][1]
+    out = [np.zeros((b, m), dtype), np.zeros((b, m, 4), dtype), np.zeros((b, layer.top_shapes[2][1]), np.int64),
+           np.ones((b, 1), np.int64)]
+    for i in range(b):
+        keep = np.flatnonzero(score[i] > threshold)[:m]
+        out[0][i, :keep.size], out[1][i, :keep.size], out[2][i, 0] = score[i, keep], boxes[i, keep], keep.size
+    return out
+
+
+def _corners(cy, cx, h, w, height, width):
+    return np.stack([np.clip(cy - h / 2, 0, height), np.clip(cx - w / 2, 0, width),
+                     np.clip(cy + h / 2, 0, height), np.clip(cx + w / 2, 0, width)], -1)
+
+
+def proposal_float(layer, xs, infos):
+    score, deltas, (ya, xa, ha, wa) = _proposal_inputs(layer, xs)
+    d = [deltas[..., i] / div for i, div in enumerate(DIVISORS)]
+    boxes = _corners(d[0] * ha + ya, d[1] * wa + xa, np.exp(d[2]) * ha, np.exp(d[3]) * wa,
+                     float(layer.param("height")), float(layer.param("width")))
+    return _proposal_tops(layer, score, boxes, float(layer.param("score_threshold")), np.float64)
+
+
+def proposal_int(layer, xs, infos):
+    score, deltas, (ya, xa, ha, wa) = _proposal_inputs(layer, xs)
+    shift = layer.param("box_shift_value")
+    kind = infos[1].dtype
+    t = []
+    for i, name in enumerate(("ty_lut", "tx_lut", "th_lut", "tw_lut")):
+        table_kind = layer.const_types[name]
+        t.append(lut_lookup(layer, deltas[..., i] - kind.qmin, layer.const(name), kind.bits, table_kind.qmin,
+                            table_kind.qmax))
+    h, w = (t[2] * ha) >> shift, (t[3] * wa) >> shift
+    cy, cx = ((t[0] * ha) >> shift) + ya, ((t[1] * wa) >> shift) + xa
+    boxes = _corners(cy, cx, h.astype(np.float64), w.astype(np.float64), layer.param("height"), layer.param("width"))
+    return _proposal_tops(layer, score, np.round(boxes).astype(np.int64), layer.param("score_threshold_value"),
+                          np.int64)
+
+
+FLOAT = {"MaxRoiPool": roipool_float, "Proposal": proposal_float}
+INT = {"MaxRoiPool": roipool_int, "Proposal": proposal_int}

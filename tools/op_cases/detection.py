@@ -59,7 +59,8 @@ def _yolo3_full(b, rng, x):
 
 def _one_sample_run(rng, shapes, n, value_range, run):
     """The run feeds one sample: the tool chain's RegionFuse fills only the first batch item,
-    and MaxRoiPool's top has one row per ROI, whatever the batch."""
+    its Proposal's last top is [1, 1] whatever the batch, and MaxRoiPool's top has one row
+    per ROI, whatever the batch."""
     return [uniform(rng, value_range, (1 if run else n,) + s) for s in shapes]
 
 
@@ -92,6 +93,38 @@ def _roi_data(rng, shapes, n, value_range, run):
     return [features, rois.reshape((n,) + shapes[1])]
 
 
+def anchors_grid(rows: int, cols: int, stride: float, sizes) -> torch.Tensor:
+    """[rows * cols * len(sizes), 4] anchors (ycenter, xcenter, height, width), cell-major."""
+    y, x = torch.meshgrid(torch.arange(rows) * stride + stride / 2, torch.arange(cols) * stride + stride / 2,
+                          indexing="ij")
+    hw = torch.tensor(sizes, dtype=torch.float32)
+    centres = torch.stack([y, x], -1).reshape(-1, 1, 2).expand(-1, len(sizes), 2)
+    return torch.cat([centres, hw.expand(centres.shape[0], -1, -1)], -1).reshape(-1, 4).float()
+
+
+def proposal(b, name, scores, deltas, anchors, capacity, **params):
+    constants = {key: anchors[:, i].contiguous() for i, key in enumerate(("ycenter", "xcenter", "ha", "wa"))}
+    shapes = [[1, capacity], [1, capacity, 4], [1, 1], [1, 1]]
+    return b.layer("Proposal", name, [scores, deltas], params, constants, n_tops=4, top_shapes=shapes)
+
+
+def _proposal(b, rng, x):
+    """Objectness softmax over [N, 2] logits, 60 anchors (4x5 cells of 16 px, 3 sizes) on a
+    64x80 image; room for 24 boxes (more pass the threshold: the first 24 are kept)."""
+    prob = b.layer("Softmax", "objectness", [x[0]], dict(axis=2))[0]
+    anchors = anchors_grid(4, 5, 16.0, [[16.0, 16.0], [32.0, 16.0], [16.0, 40.0]])
+    return proposal(b, "proposal", prob, x[1], anchors, 24, score_threshold=0.45, height=64, width=80,
+                    scale_anchor=[0.25, 0.5, 1.0, 2.0])
+
+
+def _proposal_roomy(b, rng, x):
+    """As _proposal with room for every box and a threshold of 0.6."""
+    prob = b.layer("Softmax", "objectness", [x[0]], dict(axis=2))[0]
+    anchors = anchors_grid(4, 5, 16.0, [[16.0, 16.0], [32.0, 16.0], [16.0, 40.0]])
+    return proposal(b, "proposal", prob, x[1], anchors, 60, score_threshold=0.6, height=64, width=80,
+                    scale_anchor=[0.25, 0.5, 1.0, 2.0])
+
+
 CASES = [
     Case("region_even", "Region on an even 4x4 grid (compensated centres), 5 anchors, 4 classes", [(4, 4, 5, 9)],
          _region_even, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0)),
@@ -113,4 +146,11 @@ CASES = [
          [(9, 12, 3), (30,)], _roipool_input, ASYM, data=_roi_data),
     Case("roipool_act16", "MaxRoiPool on 16-bit activations", [(8, 10, 4)], _roipool, ACT16,
          data=_one_sample_run),
+    Case("proposal", "Proposal of 60 anchors on softmax scores, more boxes passing than the top holds",
+         [(60, 2), (60, 4)], _proposal, calib_range=(-2.0, 2.0), run_range=(-2.0, 2.0), data=_one_sample_run),
+    Case("proposal_asym", "Proposal with room for every box, threshold 0.6, asymmetric activations",
+         [(60, 2), (60, 4)], _proposal_roomy, ASYM, calib_range=(-2.0, 2.0), run_range=(-2.0, 2.0),
+         data=_one_sample_run),
+    Case("proposal_act16", "Proposal on 16-bit activations", [(60, 2), (60, 4)], _proposal, ACT16,
+         calib_range=(-2.0, 2.0), run_range=(-2.0, 2.0), data=_one_sample_run),
 ]
