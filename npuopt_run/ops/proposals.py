@@ -12,7 +12,15 @@ Proposal    scores [B, N, 2] (column 1), deltas [B, N, 4] (ty, tx, th, tw), anch
             likewise), corners clamped to the image; the boxes above score_threshold in anchor
             order, the first the top holds. Integer: the int16 tables, h = (th_lut * ha) >>
             box_shift_value, cy = ((ty_lut * ha) >> box_shift_value) + ycenter, corners cy -+ h / 2
-            clamped, rounded half to even; scores against score_threshold_value."""
+            clamped, rounded half to even; scores against score_threshold_value.
+GenerateProposals  scores [B, H, W, A], deltas [B, H, W, 4A] (tx, ty, tw, th), `weights` the
+            base anchors (tiled every 16 pixels as the tool chain tiles them) or one per box.
+            The pre_nms_topn best (stable order), sizes (+1 in float) > min_size, greedy NMS
+            (float IoU with +1 areas; integer: areas and intersections >> 15 against
+            (union * iou_threshold) >> 11), the first post_nms_topn kept; boxes (x1, y1, x2, y2).
+            Integer boxes: h = (wh_lut[th] * ha_q) >> delta_shift, cy = ((xy_lut[ty] * ha_q) >>
+            delta_shift) + ycenter_a_q, corners cy -+ trunc(h / 2) clamped to [0, (image - 1) *
+            anchor_scale]."""
 import numpy as np
 
 from ..intmath import lut_lookup
@@ -152,5 +160,108 @@ def proposal_int(layer, xs, infos):
                           np.int64)
 
 
-FLOAT = {"MaxRoiPool": roipool_float, "Proposal": proposal_float}
-INT = {"MaxRoiPool": roipool_int, "Proposal": proposal_int}
+# ---- GenerateProposals ------------------------------------------------------------------------
+def _gp_inputs(layer, xs):
+    _count(layer, xs, 3, 4)
+    scores, deltas = xs[0], xs[1]
+    if scores.ndim != 4 or deltas.ndim != 4 or deltas.shape[:3] != scores.shape[:3] \
+            or deltas.shape[3] != 4 * scores.shape[3]:
+        raise layer.error(f"needs scores [B, H, W, A] and deltas [B, H, W, 4A], got {list(scores.shape)} and "
+                          f"{list(deltas.shape)}", "layer_bottom_shape")
+    post = layer.param("post_nms_topn")
+    if layer.top_shapes[0][1] != post:
+        raise layer.error(f"post_nms_topn {post} does not fit the tops {layer.top_shapes[:2]}", "post_nms_topn")
+    b = scores.shape[0]
+    return scores.reshape(b, -1), deltas.reshape(b, -1, 4), layer.param("pre_nms_topn"), post
+
+
+def _gp_anchors(layer, shape):
+    """(w, h, x centre, y centre) per box: `weights` as given, or its base anchors tiled every
+    16 pixels, cell c shifted by 16 * (c mod H) in x and 16 * (c div H) in y."""
+    base = layer.const("weights").astype(np.float32).reshape(-1, 4)
+    h, w, a = shape[1], shape[2], shape[3]
+    if base.shape[0] == h * w * a:
+        return base
+    if base.shape[0] != a:
+        raise layer.error(f"weights holds {base.shape[0]} anchors for {a} per cell", "weights_shape")
+    cell = np.arange(h * w)
+    dx, dy = (cell % h).astype(np.float32) * 16, (cell // h).astype(np.float32) * 16
+    boxes = (base[None] + np.stack([dx, dy, dx, dy], -1)[:, None]).reshape(-1, 4)
+    wa, ha = boxes[:, 2] - boxes[:, 0] + 1, boxes[:, 3] - boxes[:, 1] + 1
+    return np.stack([wa, ha, boxes[:, 0] + np.float32(0.5) * wa, boxes[:, 1] + np.float32(0.5) * ha], -1)
+
+
+def _nms(boxes, limit, extent, survives):
+    x0, y0, x1, y1 = boxes.T
+    alive = np.ones(len(boxes), bool)
+    keep = []
+    for i in range(len(boxes)):
+        if not alive[i]:
+            continue
+        keep.append(i)
+        if len(keep) == limit:
+            break
+        w = np.maximum(np.minimum(x1[i], x1[i + 1:]) - np.maximum(x0[i], x0[i + 1:]) + extent, 0)
+        h = np.maximum(np.minimum(y1[i], y1[i + 1:]) - np.maximum(y0[i], y0[i + 1:]) + extent, 0)
+        alive[i + 1:] &= survives(i, w * h)
+    return np.array(keep, np.int64)
+
+
+def _gp_run(layer, scores, boxes, pre, post, min_size, extent, survives_of, dtype):
+    b = scores.shape[0]
+    out = [np.zeros((b, post), dtype), np.zeros((b, post, 4), dtype), np.zeros((b, post, 1), dtype),
+           np.zeros((b, 1), np.int64)]
+    for i in range(b):
+        order = np.argsort(-scores[i], kind="stable")[:pre]
+        sizes = boxes[i, order, 2:] - boxes[i, order, :2] + extent
+        order = order[(sizes > min_size).all(axis=-1)]
+        kept = boxes[i, order]
+        keep = order[_nms(kept, post, extent, survives_of(kept))]
+        out[0][i, :keep.size], out[1][i, :keep.size], out[3][i, 0] = scores[i, keep], boxes[i, keep], keep.size
+    return out
+
+
+def generate_proposals_float(layer, xs, infos):
+    scores, deltas, pre, post = _gp_inputs(layer, xs)
+    wa, ha, xa, ya = _gp_anchors(layer, xs[0].shape).astype(np.float64).T
+    tx, ty, tw, th = np.moveaxis(deltas, -1, 0)
+    h, w, cy, cx = np.exp(th) * ha, np.exp(tw) * wa, ty * ha + ya, tx * wa + xa
+    bottom, right = float(layer.param("image_height")) - 1, float(layer.param("image_width")) - 1
+    boxes = np.stack([np.clip(cx - w / 2, 0, right), np.clip(cy - h / 2, 0, bottom), np.clip(cx + w / 2, 0, right),
+                      np.clip(cy + h / 2, 0, bottom)], -1)
+    iou = float(layer.param("iou_threshold"))
+
+    def survives_of(kept):
+        areas = (kept[:, 2] - kept[:, 0] + 1) * (kept[:, 3] - kept[:, 1] + 1)
+        return lambda i, inter: inter / (areas[i] + areas[i + 1:] - inter) <= iou
+    return _gp_run(layer, scores, boxes, pre, post, float(layer.param("min_size")), 1, survives_of, np.float64)
+
+
+def generate_proposals_int(layer, xs, infos):
+    scores, deltas, pre, post = _gp_inputs(layer, xs)
+    kind = infos[1].dtype
+    shift, scale, iou = layer.param("delta_shift"), layer.param("anchor_scale"), layer.param("iou_threshold")
+    t = [lut_lookup(layer, deltas[..., i] - kind.qmin, layer.const(name), kind.bits, -32768, 32767)
+         for i, name in enumerate(("xy_lut", "xy_lut", "wh_lut", "wh_lut"))]
+    ya, xa, ha, wa = (layer.const(k).astype(np.int64).reshape(-1) for k in ("ycenter_a_q", "xcenter_a_q", "ha_q",
+                                                                             "wa_q"))
+    h, w = (t[3] * ha) >> shift, (t[2] * wa) >> shift
+    cy, cx = ((t[1] * ha) >> shift) + ya, ((t[0] * wa) >> shift) + xa
+    bottom = int(layer.param("image_height") * scale) - scale
+    right = int(layer.param("image_width") * scale) - scale
+    half_h, half_w = np.trunc(h / 2).astype(np.int64), np.trunc(w / 2).astype(np.int64)
+    boxes = np.stack([np.clip(cx - half_w, 0, right), np.clip(cy - half_h, 0, bottom), np.clip(cx + half_w, 0, right),
+                      np.clip(cy + half_h, 0, bottom)], -1)
+
+    def survives_of(kept):
+        areas = ((kept[:, 3] - kept[:, 1]) * (kept[:, 2] - kept[:, 0])) >> 15
+
+        def survives(i, inter):
+            inter = inter >> 15
+            return inter <= (((areas[i] + areas[i + 1:] - inter) * iou) >> 11)
+        return survives
+    return _gp_run(layer, scores, boxes, pre, post, layer.param("min_size"), 0, survives_of, np.int64)
+
+
+FLOAT = {"MaxRoiPool": roipool_float, "Proposal": proposal_float, "GenerateProposals": generate_proposals_float}
+INT = {"MaxRoiPool": roipool_int, "Proposal": proposal_int, "GenerateProposals": generate_proposals_int}

@@ -125,6 +125,37 @@ def _proposal_roomy(b, rng, x):
                     scale_anchor=[0.25, 0.5, 1.0, 2.0])
 
 
+BASE_ANCHORS = [[-8.0, -8.0, 23.0, 23.0], [-20.0, -8.0, 35.0, 23.0], [-8.0, -24.0, 23.0, 39.0]]
+
+
+def generate_proposals(b, name, scores, deltas, anchors, pre, post, **params):
+    info = b.layer("Constant", f"{name}_image_info", [], {}, {"weights": torch.tensor([[64.0, 64.0, 1.0]])})[0]
+    params = {**dict(pre_nms_topn=pre, post_nms_topn=post, min_size=4, iou_threshold=0.5, image_width=64,
+                     image_height=64), **params}
+    return b.layer("GenerateProposals", name, [scores, deltas, info], params,
+                   {"weights": torch.tensor(anchors, dtype=torch.float32)}, n_tops=4)
+
+
+def _generate_proposals(b, rng, x):
+    """3 base anchors tiled over a 4x4 map (a 64x64 image): 48 boxes, the best 30 through
+    NMS (IoU 0.5), 10 kept."""
+    return generate_proposals(b, "proposals", x[0], x[1], BASE_ANCHORS, 30, 10)
+
+
+def _generate_proposals_all(b, rng, x):
+    """Every box through NMS (IoU 0.7, min_size 8): room for 40."""
+    return generate_proposals(b, "proposals", x[0], x[1], BASE_ANCHORS, 6000, 40, min_size=8, iou_threshold=0.7)
+
+
+def _distinct_scores(rng, shapes, n, value_range, run):
+    """Scores that stay distinct on an 8-bit grid (k / 255, 0 and 1 in every sample: the
+    tool chain orders equal scores by an unstable sort) and deltas in value_range."""
+    count = int(np.prod(shapes[0]))
+    scores = np.stack([np.concatenate([[0, 255], rng.choice(np.arange(1, 255), count - 2, replace=False)])
+                       [rng.permutation(count)] for _ in range(n)]).astype(np.float32) / 255
+    return [scores.reshape((n,) + shapes[0]), uniform(rng, value_range, (n,) + shapes[1])]
+
+
 CASES = [
     Case("region_even", "Region on an even 4x4 grid (compensated centres), 5 anchors, 4 classes", [(4, 4, 5, 9)],
          _region_even, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0)),
@@ -153,4 +184,10 @@ CASES = [
          data=_one_sample_run),
     Case("proposal_act16", "Proposal on 16-bit activations", [(60, 2), (60, 4)], _proposal, ACT16,
          calib_range=(-2.0, 2.0), run_range=(-2.0, 2.0), data=_one_sample_run),
+    Case("generate_proposals", "GenerateProposals: 3 base anchors tiled over a 4x4 map, the best 30 through NMS, "
+         "10 kept", [(4, 4, 3), (4, 4, 12)], _generate_proposals, data=_distinct_scores),
+    Case("generate_proposals_asym", "GenerateProposals of every box, room for 40, asymmetric activations",
+         [(4, 4, 3), (4, 4, 12)], _generate_proposals_all, ASYM, data=_distinct_scores),
+    Case("generate_proposals_act16", "GenerateProposals on 16-bit activations", [(4, 4, 3), (4, 4, 12)],
+         _generate_proposals, ACT16, data=_distinct_scores),
 ]
