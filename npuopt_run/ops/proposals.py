@@ -20,7 +20,12 @@ GenerateProposals  scores [B, H, W, A], deltas [B, H, W, 4A] (tx, ty, tw, th), `
             (union * iou_threshold) >> 11), the first post_nms_topn kept; boxes (x1, y1, x2, y2).
             Integer boxes: h = (wh_lut[th] * ha_q) >> delta_shift, cy = ((xy_lut[ty] * ha_q) >>
             delta_shift) + ycenter_a_q, corners cy -+ trunc(h / 2) clamped to [0, (image - 1) *
-            anchor_scale]."""
+            anchor_scale].
+RefineDetDetection  (float only) priors refined by the first offsets, then decoded by the
+            second (centre-size, variances 0.1, 0.1, 0.2, 0.2); per class c >= 1 the priors with
+            objectness >= obj_thresh and score > conf_thresh, the best pre_nms_topk, greedy NMS
+            (IoU > 0.45 suppresses); all classes' kept by score (ties: class, then order), the
+            best post_nms_topk boxes."""
 import numpy as np
 
 from ..intmath import lut_lookup
@@ -263,5 +268,52 @@ def generate_proposals_int(layer, xs, infos):
     return _gp_run(layer, scores, boxes, pre, post, layer.param("min_size"), 0, survives_of, np.int64)
 
 
-FLOAT = {"MaxRoiPool": roipool_float, "Proposal": proposal_float, "GenerateProposals": generate_proposals_float}
+# ---- RefineDetDetection ---------------------------------------------------------------------
+VARIANCES = (0.1, 0.1, 0.2, 0.2)
+
+
+def _decode(priors, offsets):
+    w, h = priors[..., 2] - priors[..., 0], priors[..., 3] - priors[..., 1]
+    cx = VARIANCES[0] * offsets[..., 0] * w + (priors[..., 0] + priors[..., 2]) / 2
+    cy = VARIANCES[1] * offsets[..., 1] * h + (priors[..., 1] + priors[..., 3]) / 2
+    w, h = np.exp(VARIANCES[2] * offsets[..., 2]) * w, np.exp(VARIANCES[3] * offsets[..., 3]) * h
+    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], -1)
+
+
+def _refinedet_one(layer, boxes, scores, objectness, pre, post):
+    areas = np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0, None)
+    found = []   # (score, class, prior)
+    for c in range(1, scores.shape[1]):
+        cand = np.flatnonzero((objectness >= layer.param("obj_thresh")) & (scores[:, c] > layer.param("conf_thresh")))
+        cand = cand[np.argsort(-scores[cand, c], kind="stable")[:pre]]
+        kept = []
+        for p in cand:
+            if len(kept) == post:
+                break
+            lo, hi = np.maximum(boxes[p, :2], boxes[kept, :2]), np.minimum(boxes[p, 2:], boxes[kept, 2:])
+            inter = np.clip(hi - lo, 0, None).prod(axis=-1)
+            if not (inter > 0.45 * (areas[p] + areas[kept] - inter)).any():
+                kept.append(p)
+        found += [(scores[p, c], c, p) for p in kept]
+    order = sorted(range(len(found)), key=lambda i: (-found[i][0], found[i][1], i))[:post]
+    return boxes[[found[i][2] for i in order]].reshape(-1, 4)
+
+
+def refinedet_float(layer, xs, infos):
+    _count(layer, xs, 5, 1)
+    arm_conf, odm_conf, arm_loc, odm_loc, priors = xs
+    if arm_conf.ndim != 3 or arm_conf.shape[2] != 2 or priors.shape[-2:] != arm_loc.shape[-2:]:
+        raise layer.error(f"needs objectness [B, N, 2], class scores, offsets and priors [1, N, 4], got "
+                          f"{[list(x.shape) for x in xs]}", "layer_bottom_shape")
+    post, pre = layer.param("post_nms_topk"), layer.param("pre_nms_topk")
+    boxes = _decode(_decode(np.broadcast_to(priors, arm_loc.shape), arm_loc), odm_loc)
+    out = np.zeros((boxes.shape[0], post, 4))
+    for b in range(boxes.shape[0]):
+        kept = _refinedet_one(layer, boxes[b], odm_conf[b], arm_conf[b, :, 1], pre, post)
+        out[b, :len(kept)] = kept
+    return [out]
+
+
+FLOAT = {"MaxRoiPool": roipool_float, "Proposal": proposal_float, "GenerateProposals": generate_proposals_float,
+         "RefineDetDetection": refinedet_float}
 INT = {"MaxRoiPool": roipool_int, "Proposal": proposal_int, "GenerateProposals": generate_proposals_int}

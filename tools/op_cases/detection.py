@@ -1,6 +1,7 @@
 """Detection post-processing: Region (YOLO heads: even and odd grids, grid_compensate both
 ways, many anchors and classes), RegionFuse of two and three Regions (yolo3_tiny/full),
-MaxRoiPool (constant ROIs and ROIs as an input)."""
+MaxRoiPool (constant ROIs and ROIs as an input), Proposal, GenerateProposals,
+RefineDetDetection."""
 import numpy as np
 import torch
 
@@ -156,6 +157,19 @@ def _distinct_scores(rng, shapes, n, value_range, run):
     return [scores.reshape((n,) + shapes[0]), uniform(rng, value_range, (n,) + shapes[1])]
 
 
+def _refinedet(b, rng, x):
+    """Softmax objectness and class scores (4 classes) of 48 priors (a 4x4 grid of 3 normalized
+    sizes), both modules' offsets; objectness 0.3, confidence 0.2, the best 12 per class, 10 kept."""
+    arm_conf = b.layer("Softmax", "arm_conf", [x[0]], dict(axis=2))[0]
+    odm_conf = b.layer("Softmax", "odm_conf", [x[1]], dict(axis=2))[0]
+    grid = anchors_grid(4, 4, 0.25, [[0.2, 0.2], [0.35, 0.2], [0.2, 0.45]])
+    priors = torch.cat([grid[:, 1:2] - grid[:, 3:4] / 2, grid[:, 0:1] - grid[:, 2:3] / 2,
+                        grid[:, 1:2] + grid[:, 3:4] / 2, grid[:, 0:1] + grid[:, 2:3] / 2], dim=1)
+    anchors = b.layer("Constant", "priors", [], {}, {"weights": priors.reshape(1, -1, 4)})[0]
+    return b.layer("RefineDetDetection", "detection", [arm_conf, odm_conf, x[2], x[3], anchors],
+                   dict(obj_thresh=0.3, conf_thresh=0.2, pre_nms_topk=12, post_nms_topk=10))
+
+
 CASES = [
     Case("region_even", "Region on an even 4x4 grid (compensated centres), 5 anchors, 4 classes", [(4, 4, 5, 9)],
          _region_even, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0)),
@@ -190,4 +204,6 @@ CASES = [
          [(4, 4, 3), (4, 4, 12)], _generate_proposals_all, ASYM, data=_distinct_scores),
     Case("generate_proposals_act16", "GenerateProposals on 16-bit activations", [(4, 4, 3), (4, 4, 12)],
          _generate_proposals, ACT16, data=_distinct_scores),
+    Case("refinedet", "RefineDetDetection (kept in float) of softmax scores: 48 priors, 4 classes, per-class NMS",
+         [(48, 2), (48, 4), (48, 4), (48, 4)], _refinedet, calib_range=(-2.0, 2.0), run_range=(-2.0, 2.0)),
 ]
