@@ -129,8 +129,9 @@ def select(node, scores: torch.Tensor, boxes: torch.Tensor, threshold, class_num
     out_boxes[:k] = boxes[box_ids]
     out_scores = B.fill(rooms[2], s[box_ids, class_ids], scores, "boxes", node)
     index = torch.zeros(0, dtype=torch.int64, device=scores.device)
-    return [out_boxes, B.fill(rooms[1], counts, index, "classes", node), torch.tensor([labels.numel()], device=scores.device),
-            out_scores, B.fill(rooms[3], labels, index, "classes", node)]
+    return [out_boxes, B.fill(rooms[1], counts, index, "classes", node),
+            torch.tensor([labels.numel()], device=scores.device), out_scores,
+            B.fill(rooms[3], labels, index, "classes", node)]
 
 
 @op_register(OpType.DecodeBox, "1.0")
