@@ -29,8 +29,8 @@ from ..quant import tensors as QT
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ..tensor import PyTensor
-from ._detection import (check_counts, check_top_size, count_param, descending, floor_log2, layer_error,
-                         number_param)
+from . import _boxes as B
+from ._detection import check_room, count_param, floor_log2
 from .proposal import INT16, power_of_two_scale
 
 FEATURE_STRIDE = 16
@@ -41,17 +41,17 @@ ANCHOR_CONSTANTS = ("ycenter_a_q", "xcenter_a_q", "ha_q", "wa_q")
 
 def checked(node):
     """(scores [B, n], deltas [B, n, 4], pre_nms_topn, post_nms_topn)."""
-    check_counts(node, 3, 4)
+    B.count_io(node, 3, 4)
     scores, deltas = node.inputs[0].betensor, node.inputs[1].betensor
     if scores.dim() != 4 or deltas.dim() != 4 or deltas.shape[:3] != scores.shape[:3] or \
             deltas.shape[3] != 4 * scores.shape[3]:
-        raise layer_error(node, f"needs scores [B, H, W, A] and deltas [B, H, W, 4A], got {list(scores.shape)} and "
+        raise B.fail(node, f"needs scores [B, H, W, A] and deltas [B, H, W, 4A], got {list(scores.shape)} and "
                                 f"{list(deltas.shape)}")
     pre, post = count_param(node, "pre_nms_topn"), count_param(node, "post_nms_topn")
     for i, axis in ((0, 1), (1, 1), (2, 1)):
-        check_top_size(node, i, axis, post, "post_nms_topn")
+        check_room(node, i, axis, post, "post_nms_topn")
     for key in ("min_size", "iou_threshold", "image_height", "image_width"):
-        number_param(node, key)
+        B.number(node, key)
     batch = scores.shape[0]
     return scores.reshape(batch, -1), deltas.reshape(batch, -1, 4), pre, post
 
@@ -63,11 +63,11 @@ def tiled_anchors(node, shape) -> torch.Tensor:
     height, width = int(shape[1]), int(shape[2])
     boxes = height * width * int(shape[3])
     if base.dim() != 2 or base.shape[1] != 4:
-        raise layer_error(node, f"weights must be anchors [A, 4], got {list(base.shape)}")
+        raise B.fail(node, f"weights must be anchors [A, 4], got {list(base.shape)}")
     if base.shape[0] == boxes:
         return base
     if base.shape[0] * height * width != boxes:
-        raise layer_error(node, f"weights holds {base.shape[0]} anchors; the scores have {boxes // (height * width)} "
+        raise B.fail(node, f"weights holds {base.shape[0]} anchors; the scores have {boxes // (height * width)} "
                                 f"per cell")
     cell = torch.arange(height * width)
     x, y = (cell % height).float() * FEATURE_STRIDE, torch.div(cell, height, rounding_mode="floor").float() * \
@@ -86,7 +86,7 @@ def float_boxes(node, deltas: torch.Tensor) -> torch.Tensor:
     tx, ty, tw, th = deltas.unbind(-1)
     w, h = torch.exp(tw) * wa, torch.exp(th) * ha
     cy, cx = ty * ha + ya, tx * wa + xa
-    bottom, right = number_param(node, "image_height") - 1, number_param(node, "image_width") - 1
+    bottom, right = B.number(node, "image_height") - 1, B.number(node, "image_width") - 1
     ymin, xmin = torch.clamp(cy - h / 2.0, 0, bottom), torch.clamp(cx - w / 2.0, 0, right)
     ymax, xmax = torch.clamp(cy + h / 2.0, 0, bottom), torch.clamp(cx + w / 2.0, 0, right)
     if not node.placeholders:
@@ -111,8 +111,8 @@ def int_boxes(node, deltas: torch.Tensor) -> torch.Tensor:
     h, w = (th * ha) >> shift, (tw * wa) >> shift
     cy, cx = ((ty * ha) >> shift) + ya, ((tx * wa) >> shift) + xa
     scale = int(node.get_param("anchor_scale"))
-    bottom = int(number_param(node, "image_height") * scale) - scale
-    right = int(number_param(node, "image_width") * scale) - scale
+    bottom = int(B.number(node, "image_height") * scale) - scale
+    right = int(B.number(node, "image_width") * scale) - scale
     half_h, half_w = torch.div(h, 2, rounding_mode="trunc"), torch.div(w, 2, rounding_mode="trunc")
     return torch.stack([torch.clamp(cx - half_w, 0, right), torch.clamp(cy - half_h, 0, bottom),
                         torch.clamp(cx + half_w, 0, right), torch.clamp(cy + half_h, 0, bottom)], dim=-1)
@@ -128,7 +128,7 @@ def nms(node, boxes: torch.Tensor, limit: int) -> torch.Tensor:
         areas = areas >> AREA_SHIFT
         threshold = int(node.get_param("iou_threshold"))
     else:
-        threshold = number_param(node, "iou_threshold")
+        threshold = B.number(node, "iou_threshold")
     alive = torch.ones(boxes.shape[0], dtype=torch.bool)
     keep = []
     for i in range(boxes.shape[0]):
@@ -159,13 +159,13 @@ def generateproposals_forward(self, *args):
         extent = 0
     else:
         boxes, scores = float_boxes(self, computing_float(deltas)), computing_float(scores)
-        min_size = number_param(self, "min_size")
+        min_size = B.number(self, "min_size")
         extent = 1
     batch = scores.shape[0]
     out = [torch.zeros(batch, post, dtype=scores.dtype), torch.zeros(batch, post, 4, dtype=boxes.dtype),
            torch.zeros(batch, post, 1, dtype=boxes.dtype), torch.zeros(batch, 1, dtype=torch.int64)]
     for b in range(batch):
-        order = descending(scores[b])[:pre]
+        order = B.tool_chain_argsort(scores[b], descending=True)[:pre]
         kept = boxes[b, order]
         sizes = kept[:, 2:] - kept[:, :2] + extent
         order = order[(sizes > min_size).all(dim=-1)]
@@ -212,11 +212,11 @@ def generateproposals_quantize(self, *args):
     fields.write_lut(self, wh, Dtype.INT32, "wh_lut")
     p = self.params
     p["anchor_scale"] = int(coords)
-    p["min_size"] = int((number_param(self, "min_size") - 1) * coords)
+    p["min_size"] = int((B.number(self, "min_size") - 1) * coords)
     p["iou_scale"] = 1 << IOU_SHIFT
-    p["iou_threshold"] = int(number_param(self, "iou_threshold") * (1 << IOU_SHIFT))
+    p["iou_threshold"] = int(B.number(self, "iou_threshold") * (1 << IOU_SHIFT))
     for key, image, size in (("height_stride", "image_height", height), ("width_stride", "image_width", width)):
-        p[key] = int(torch.ceil(torch.tensor(number_param(self, image) / size)) * coords)
+        p[key] = int(torch.ceil(torch.tensor(B.number(self, image) / size)) * coords)
     p["delta_shift"] = p["roi_last_shift"] = floor_log2(box)
     library = anchors.clone()
     library[:, 2:] += 1

@@ -18,7 +18,8 @@ import torch
 from ..dtype import computing_float
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
-from ._detection import check_counts, layer_error, top_size
+from . import _boxes as B
+from ._detection import room
 from ._movement import int_list
 
 SPATIAL_BITS = 16
@@ -28,10 +29,10 @@ def pooled(node):
     """(ph, pw): `pooled_shape`, positive, as the top's IR shape says."""
     shape = int_list(node, "pooled_shape")
     if len(shape) != 2 or min(shape) < 1:
-        raise layer_error(node, f"pooled_shape must be two positive integers, got {shape}")
+        raise B.fail(node, f"pooled_shape must be two positive integers, got {shape}")
     for axis, size in ((1, shape[0]), (2, shape[1])):
-        if top_size(node, 0, axis, size) != size:
-            raise layer_error(node, f"pooled_shape {shape} does not fit the top's shape "
+        if room(node, 0, axis, size) != size:
+            raise B.fail(node, f"pooled_shape {shape} does not fit the top's shape "
                                     f"{list(node.outputs[0].ir_shape)}")
     return shape
 
@@ -40,15 +41,15 @@ def spatial(node) -> list:
     value = node.get_param("spatial", [1.0, 1.0])
     if not isinstance(value, (list, tuple)) or len(value) != 2 or \
             any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
-        raise layer_error(node, f"spatial must be two numbers [y, x], got {value!r}")
+        raise B.fail(node, f"spatial must be two numbers [y, x], got {value!r}")
     return list(value)
 
 
 def checked_inputs(node):
-    check_counts(node, 2, 1)
+    B.count_io(node, 2, 1)
     features, rois = node.inputs[0].betensor, node.inputs[1].betensor
     if features.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 5:
-        raise layer_error(node, f"needs features [N, H, W, C] and ROIs [R, 5], got {list(features.shape)} and "
+        raise B.fail(node, f"needs features [N, H, W, C] and ROIs [R, 5], got {list(features.shape)} and "
                                 f"{list(rois.shape)}")
     return features, rois
 

@@ -25,7 +25,8 @@ from ..quant import tensors as QT
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ..tensor import PyTensor
-from ._detection import check_counts, count_param, floor_log2, layer_error, number_param, top_size
+from . import _boxes as B
+from ._detection import count_param, floor_log2, room
 
 DELTA_DIVISORS = (10.0, 10.0, 5.0, 5.0)      # ty, tx, th, tw
 ANCHORS = ("ycenter", "xcenter", "ha", "wa")
@@ -35,19 +36,19 @@ INT16 = (-32768, 32767)
 
 def checked(node):
     """(scores [B, N, 2], deltas [B, N, 4], M), the anchors one per box."""
-    check_counts(node, 2, 4)
+    B.count_io(node, 2, 4)
     scores, deltas = node.inputs[0].betensor, node.inputs[1].betensor
     if scores.dim() != 3 or deltas.dim() != 3 or scores.shape[2] != 2 or deltas.shape[2] != 4 or \
             scores.shape[:2] != deltas.shape[:2]:
-        raise layer_error(node, f"needs scores [B, N, 2] and deltas [B, N, 4], got {list(scores.shape)} and "
+        raise B.fail(node, f"needs scores [B, N, 2] and deltas [B, N, 4], got {list(scores.shape)} and "
                                 f"{list(deltas.shape)}")
     for key in ANCHORS:
         if node.get_constant(key).betensor.numel() != scores.shape[1]:
-            raise layer_error(node, f"constant {key} has {node.get_constant(key).betensor.numel()} anchors for "
+            raise B.fail(node, f"constant {key} has {node.get_constant(key).betensor.numel()} anchors for "
                                     f"{scores.shape[1]} boxes")
     for key in ("height", "width"):
-        number_param(node, key)
-    return scores, deltas, count_param(node, "max_box_num", top_size(node, 0, 1, scores.shape[1]))
+        B.number(node, key)
+    return scores, deltas, count_param(node, "max_box_num", room(node, 0, 1, scores.shape[1]))
 
 
 def _anchor(node, key: str, dtype) -> torch.Tensor:
@@ -59,7 +60,7 @@ def float_boxes(node, deltas: torch.Tensor) -> torch.Tensor:
     ya, xa, ha, wa = (_anchor(node, k, deltas.dtype) for k in ANCHORS)
     cy, cx = d[0] * ha + ya, d[1] * wa + xa
     h, w = torch.exp(d[2]) * ha, torch.exp(d[3]) * wa
-    height, width = number_param(node, "height"), number_param(node, "width")
+    height, width = B.number(node, "height"), B.number(node, "width")
     ymin, xmin = torch.clamp(cy - h / 2., 0, height), torch.clamp(cx - w / 2., 0, width)
     ymax, xmax = torch.clamp(cy + h / 2., 0, height), torch.clamp(cx + w / 2., 0, width)
     if not node.placeholders:
@@ -99,10 +100,10 @@ def proposal_forward(self, *args):
     else:
         deltas = computing_float(deltas)
         score, boxes = computing_float(scores)[..., 1], float_boxes(self, deltas)
-        threshold = number_param(self, "score_threshold")
+        threshold = B.number(self, "score_threshold")
     out_scores = torch.zeros(batch, max_boxes, dtype=score.dtype)
     out_boxes = torch.zeros(batch, max_boxes, 4, dtype=boxes.dtype)
-    counts = torch.zeros(batch, top_size(self, 2, 1, 1), dtype=torch.int64)
+    counts = torch.zeros(batch, room(self, 2, 1, 1), dtype=torch.int64)
     for b in range(batch):
         keep = torch.nonzero(score[b] > threshold).reshape(-1)[:max_boxes]
         out_scores[b, :keep.numel()], out_boxes[b, :keep.numel()] = score[b, keep], boxes[b, keep]
@@ -144,8 +145,8 @@ def proposal_quantize(self, *args):
                              f"and calibrated coordinates")
     coords = power_of_two_scale(self, self.placeholders[0])
     box = power_of_two_scale(self, self.placeholders[1])
-    self.params["height"] = int(number_param(self, "height") * coords)
-    self.params["width"] = int(number_param(self, "width") * coords)
+    self.params["height"] = int(B.number(self, "height") * coords)
+    self.params["width"] = int(B.number(self, "width") * coords)
     for key in ANCHORS:
         fields.set_constant(self, key, qmath.quantize(self.get_constant(key).betensor.reshape(-1), coords, 0, *INT16),
                             Dtype.INT16)
@@ -155,7 +156,7 @@ def proposal_quantize(self, *args):
     self.params["box_shift_value"] = floor_log2(box)
     self.params["box_shift_type"] = fields.SHIFT_DTYPE.value
     score_range = qmath.integer_range(s_t.qbits, False)
-    self.params["score_threshold_value"] = int(qmath.quantize(torch.tensor(number_param(self, "score_threshold")),
+    self.params["score_threshold_value"] = int(qmath.quantize(torch.tensor(B.number(self, "score_threshold")),
                                                               s_t.scale, s_t.zerop, *score_range))
     self.params["score_threshold_type"] = Dtype.integer(s_t.qbits, False).value
     QT.copy_quantization(s_t, self.outputs[0])

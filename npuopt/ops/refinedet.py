@@ -21,14 +21,20 @@ import torch
 
 from ..dtype import computing_float
 from ..registry import OpType, op_register
-from ._detection import check_counts, count_param, descending, layer_error, number_param, top_size
+from . import _boxes as B
+from ._detection import count_param, room
 
 VARIANCES = (0.1, 0.1, 0.2, 0.2)
 IOU_THRESHOLD = 0.45
 
 
+def descending(scores: torch.Tensor) -> torch.Tensor:
+    """The order of `scores` from the largest down, ties by position (a stable sort)."""
+    return torch.sort(scores, descending=True, stable=True).indices
+
+
 def checked(node):
-    check_counts(node, 5, 1)
+    B.count_io(node, 5, 1)
     arm_conf, odm_conf, arm_loc, odm_loc, priors = (t.betensor for t in node.inputs)
     b, n = arm_conf.shape[0], arm_conf.shape[1] if arm_conf.dim() == 3 else -1
     shapes_ok = arm_conf.dim() == 3 and arm_conf.shape[2] == 2 and odm_conf.dim() == 3 and \
@@ -36,12 +42,12 @@ def checked(node):
         all(t.dim() == 3 and tuple(t.shape) == (b, n, 4) for t in (arm_loc, odm_loc)) and \
         priors.dim() == 3 and priors.shape[0] in (1, b) and tuple(priors.shape[1:]) == (n, 4)
     if not shapes_ok:
-        raise layer_error(node, f"needs objectness [B, N, 2], class scores [B, N, C], offsets [B, N, 4] twice and "
+        raise B.fail(node, f"needs objectness [B, N, 2], class scores [B, N, C], offsets [B, N, 4] twice and "
                                 f"priors [1, N, 4], got {[list(t.betensor.shape) for t in node.inputs]}")
     post = count_param(node, "post_nms_topk")
-    if top_size(node, 0, 1, post) != post:
-        raise layer_error(node, f"post_nms_topk {post} does not fit the top {list(node.outputs[0].ir_shape)}")
-    return post, count_param(node, "pre_nms_topk"), number_param(node, "obj_thresh"), number_param(node, "conf_thresh")
+    if room(node, 0, 1, post) != post:
+        raise B.fail(node, f"post_nms_topk {post} does not fit the top {list(node.outputs[0].ir_shape)}")
+    return post, count_param(node, "pre_nms_topk"), B.number(node, "obj_thresh"), B.number(node, "conf_thresh")
 
 
 def decoded(priors: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

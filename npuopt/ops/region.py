@@ -21,9 +21,8 @@ from ..quant import fields, qmath
 from ..quant import tensors as QT
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
-from ._detection import (check_counts, check_top_size, class_runs, count_param, descending, floor_log2,
-                         layer_error, number_param, numbers_param, top_size, wrap_int32)
-from ._movement import bool_param
+from . import _boxes as B
+from ._detection import check_room, count_param, floor_log2, room
 
 COORDS_AND_CONF = 5
 PICK_LIMIT = 5000           # the tool chain's cap on the boxes kept by score
@@ -39,25 +38,25 @@ LUTS = ("score_softmax_lut", "conf_sigmoid_lut", "xy_sigmoid_lut", "wh_exp_lut")
 def geometry(node, shape):
     """(grid_h, grid_w, anchors per cell, classes, max_box_num) from the input shape,
     checked against the params that state them and the tops' IR shapes."""
-    check_counts(node, 1, 5)
+    B.count_io(node, 1, 5)
     if len(shape) != 5 or shape[-1] <= COORDS_AND_CONF:
-        raise layer_error(node, f"needs a 5-D input [batch, grid_height, grid_width, box_per_grid, 5 + classes], "
+        raise B.fail(node, f"needs a 5-D input [batch, grid_height, grid_width, box_per_grid, 5 + classes], "
                                 f"got {list(shape)}")
     gh, gw, anchors, classes = int(shape[1]), int(shape[2]), int(shape[3]), int(shape[4]) - COORDS_AND_CONF
     for key, size in (("grid_height", gh), ("grid_width", gw), ("box_per_grid", anchors), ("class_num", classes)):
         if key in node.params and count_param(node, key) != size:
-            raise layer_error(node, f"{key} {node.params[key]} does not fit the input {list(shape)}")
-    max_boxes = count_param(node, "max_box_num", top_size(node, 1, 1, PICK_LIMIT))
-    check_top_size(node, 0, 1, max_boxes, "max_box_num")
-    check_top_size(node, 1, 1, max_boxes, "max_box_num")
+            raise B.fail(node, f"{key} {node.params[key]} does not fit the input {list(shape)}")
+    max_boxes = count_param(node, "max_box_num", room(node, 1, 1, PICK_LIMIT))
+    check_room(node, 0, 1, max_boxes, "max_box_num")
+    check_room(node, 1, 1, max_boxes, "max_box_num")
     for i in (2, 3):
-        check_top_size(node, i, 1, classes, "the class count")
+        check_room(node, i, 1, classes, "the class count")
     return gh, gw, anchors, classes, max_boxes
 
 
 def compensated(node, gh: int, gw: int) -> bool:
     """Whether box centres move half a cell back (grid_compensate on an even grid)."""
-    return bool_param(node, "grid_compensate", True) and gh % 2 == 0 and gw % 2 == 0
+    return B.flag(node, "grid_compensate", True) and gh % 2 == 0 and gw % 2 == 0
 
 
 def selected(scores: torch.Tensor, threshold, max_boxes: int):
@@ -66,14 +65,14 @@ def selected(scores: torch.Tensor, threshold, max_boxes: int):
     found = torch.nonzero(scores > threshold)
     picked = scores[tuple(found.t())]
     if found.shape[0] > max_boxes:
-        keep = descending(picked)[:min(max_boxes, PICK_LIMIT)]
+        keep = B.tool_chain_argsort(picked, descending=True)[:min(max_boxes, PICK_LIMIT)]
         found, picked = found[keep], picked[keep]
-    order, labels, counts = class_runs(found[:, 3])
+    order, _, labels, counts = B.group_by_class(torch.arange(found.shape[0]), found[:, 3])
     return found[order], picked[order], labels, counts
 
 
 def float_boxes(node, x: torch.Tensor, found: torch.Tensor, gh: int, gw: int) -> torch.Tensor:
-    anchors = torch.tensor(numbers_param(node, "anchors", 2 * x.shape[2]), dtype=x.dtype)
+    anchors = torch.tensor(B.numbers(node, "anchors", 2 * x.shape[2]), dtype=x.dtype)
     row, col, a = found[:, 0], found[:, 1], found[:, 2]
     t = x[row, col, a, :4]
     if compensated(node, gh, gw):
@@ -121,13 +120,14 @@ def int_boxes(node, q: torch.Tensor, found: torch.Tensor, bits: int) -> torch.Te
     t = q[row, col, a, :4] + (1 << (bits - 1))
     xy = _lookup(node, "xy_sigmoid_lut", t[:, :2], bits)
     wh = _lookup(node, "wh_exp_lut", t[:, 2:], bits)
-    cx = wrap_int32(wrap_int32((col << p["col_shift"]) + xy[:, 0]) * p["grid_w_scale"]) >> p["grid_w_shift"]
-    cy = wrap_int32(wrap_int32((row << p["row_shift"]) + xy[:, 1]) * p["grid_h_scale"]) >> p["grid_h_shift"]
-    sizes = wrap_int32(wh * p["wh_exp_scale"]) >> p["wh_exp_shift"]
-    w = wrap_int32(anchors[2 * a] * p["grid_w_scale"]) >> p["grid_w_shift"]
-    h = wrap_int32(anchors[2 * a + 1] * p["grid_h_scale"]) >> p["grid_h_shift"]
-    w = wrap_int32(w * sizes[:, 0]) >> p["anchors_exp_w_shift"]
-    h = wrap_int32(h * sizes[:, 1]) >> p["anchors_exp_h_shift"]
+    wrap = B.wrap_int32
+    cx = wrap(wrap((col << p["col_shift"]) + xy[:, 0]) * p["grid_w_scale"]) >> p["grid_w_shift"]
+    cy = wrap(wrap((row << p["row_shift"]) + xy[:, 1]) * p["grid_h_scale"]) >> p["grid_h_shift"]
+    sizes = wrap(wh * p["wh_exp_scale"]) >> p["wh_exp_shift"]
+    w = wrap(anchors[2 * a] * p["grid_w_scale"]) >> p["grid_w_shift"]
+    h = wrap(anchors[2 * a + 1] * p["grid_h_scale"]) >> p["grid_h_shift"]
+    w = wrap(w * sizes[:, 0]) >> p["anchors_exp_w_shift"]
+    h = wrap(h * sizes[:, 1]) >> p["anchors_exp_h_shift"]
     ys = torch.stack([cy - (h >> 1), cy + (h >> 1)], -1).clamp(0, 1 << p["row_shift"])
     xs = torch.stack([cx - (w >> 1), cx + (w >> 1)], -1).clamp(0, 1 << p["col_shift"])
     return torch.stack([ys[:, 0], xs[:, 0], ys[:, 1], xs[:, 1]], dim=-1)
@@ -141,7 +141,7 @@ def region_forward(self, *args):
     batch = x.shape[0]
     if self.quantized:
         if not x_t.dtype.is_signed:
-            raise layer_error(self, "the quantized form reads its input as signed; the IR's input is unsigned")
+            raise B.fail(self, "the quantized form reads its input as signed; the IR's input is unsigned")
         q = x.to(torch.int64)
         bits = x_t.qbits
         scores, value_type = int_scores(self, q, bits, True), torch.int64
@@ -149,7 +149,7 @@ def region_forward(self, *args):
     else:
         x = computing_float(x)
         scores, value_type = float_scores(x), x.dtype
-        threshold = number_param(self, "obj_thresh")
+        threshold = B.number(self, "obj_thresh")
     out_scores = torch.zeros(batch, max_boxes, dtype=value_type)
     out_boxes = torch.zeros(batch, max_boxes, 4, dtype=value_type)
     counts = torch.zeros(batch, classes, dtype=torch.int64)
@@ -221,12 +221,12 @@ def region_quantize(self, *args):
     gh, gw, _, _, _ = geometry(self, x_t.ir_shape)
     bits = x_t.qbits
     p = self.params
-    p["obj_thresh"] = quantized_threshold(number_param(self, "obj_thresh"), bits)
+    p["obj_thresh"] = quantized_threshold(B.number(self, "obj_thresh"), bits)
     shift = coordinate_shift(gw)
     p["col_shift"] = p["row_shift"] = shift
     p["grid_w_shift"] = p["grid_h_shift"] = GRID_SHIFT
     p["grid_w_scale"], p["grid_h_scale"] = int(2 ** GRID_SHIFT / gw), int(2 ** GRID_SHIFT / gh)
-    anchors = torch.tensor(numbers_param(self, "anchors", 2 * int(x_t.ir_shape[3])), dtype=torch.float32)
+    anchors = torch.tensor(B.numbers(self, "anchors", 2 * int(x_t.ir_shape[3])), dtype=torch.float32)
     top = anchors.max() if float(anchors.max()) >= qmath.FLOAT32_EPS else _float32(65535)
     anchor_shift = floor_log2(_float32(65535) / top)
     p["anchors_exp_w_shift"] = p["anchors_exp_h_shift"] = anchor_shift

@@ -20,7 +20,8 @@ from ..quant import fields
 from ..quant import tensors as QT
 from ..quant.fields import BranchRescales
 from ..registry import OpType, op_register, quant_register
-from ._detection import check_counts, count_param, floor_log2, layer_error, top_size, wrap_int32
+from . import _boxes as B
+from ._detection import count_param, floor_log2, room
 
 BOX_NORM_BITS = 12
 
@@ -28,24 +29,24 @@ BOX_NORM_BITS = 12
 def capacities(node, inputs) -> tuple:
     """(boxes, classes) the tops hold: the IR's sizes (when building: both inputs' boxes
     and `class_num`), checked against the inputs."""
-    check_counts(node, 10, 5)
+    B.count_io(node, 10, 5)
     shapes = [tuple(t.shape) for t in inputs]
     batch = shapes[0][0]
     boxes_ok = all(len(s) == 2 and s[0] == batch for s in shapes[:2]) and \
         all(len(s) == 3 and s[0] == batch and s[2] == 4 and s[1] == shapes[i][1] for i, s in enumerate(shapes[2:4]))
     if not boxes_ok or any(len(s) != 2 or s[0] != batch for s in shapes[4:]) or \
             shapes[4] != shapes[6] or shapes[5] != shapes[7] or shapes[8][1] != 1 or shapes[9][1] != 1:
-        raise layer_error(node, f"inputs {[list(s) for s in shapes]} are not two Regions' tops (scores, scores, "
+        raise B.fail(node, f"inputs {[list(s) for s in shapes]} are not two Regions' tops (scores, scores, "
                                 f"boxes, boxes, counts, counts, labels, labels, totals, totals)")
     classes = count_param(node, "class_num")
     if classes < max(shapes[4][1], shapes[5][1]):
-        raise layer_error(node, f"class_num {classes} is smaller than the inputs' {shapes[4][1]} and {shapes[5][1]}")
+        raise B.fail(node, f"class_num {classes} is smaller than the inputs' {shapes[4][1]} and {shapes[5][1]}")
     for i in (2, 3):
-        if top_size(node, i, 1, classes) != classes:
-            raise layer_error(node, f"class_num {classes} does not fit top {i} ('{node.outputs[i].name}')")
-    capacity = top_size(node, 0, 1, shapes[0][1] + shapes[1][1])
-    if top_size(node, 1, 1, capacity) != capacity:
-        raise layer_error(node, f"tops 0 and 1 hold {capacity} and {top_size(node, 1, 1, capacity)} boxes")
+        if room(node, i, 1, classes) != classes:
+            raise B.fail(node, f"class_num {classes} does not fit top {i} ('{node.outputs[i].name}')")
+    capacity = room(node, 0, 1, shapes[0][1] + shapes[1][1])
+    if room(node, 1, 1, capacity) != capacity:
+        raise B.fail(node, f"tops 0 and 1 hold {capacity} and {room(node, 1, 1, capacity)} boxes")
     return capacity, classes
 
 
@@ -54,7 +55,7 @@ def _rescaled(node, values, prefix: str, inputs):
     clamped to each input's type."""
     branches = BranchRescales.read(node, 2, prefix)
     shifts = branches.shifts if isinstance(branches.shifts, list) else [branches.shifts] * 2
-    return [(wrap_int32(v.to(torch.int64) * m) >> s).clamp(t.dtype.qmin, t.dtype.qmax)
+    return [(B.wrap_int32(v.to(torch.int64) * m) >> s).clamp(t.dtype.qmin, t.dtype.qmax)
             for v, m, s, t in zip(values, branches.multipliers, shifts, inputs)]
 
 

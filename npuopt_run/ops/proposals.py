@@ -15,7 +15,7 @@ Proposal    scores [B, N, 2] (column 1), deltas [B, N, 4] (ty, tx, th, tw), anch
             clamped, rounded half to even; scores against score_threshold_value.
 GenerateProposals  scores [B, H, W, A], deltas [B, H, W, 4A] (tx, ty, tw, th), `weights` the
             base anchors (tiled every 16 pixels as the tool chain tiles them) or one per box.
-            The pre_nms_topn best (stable order), sizes (+1 in float) > min_size, greedy NMS
+            The pre_nms_topn best (ties as the tool chain's unstable sort leaves them), sizes (+1 in float) > min_size, greedy NMS
             (float IoU with +1 areas; integer: areas and intersections >> 15 against
             (union * iou_threshold) >> 11), the first post_nms_topn kept; boxes (x1, y1, x2, y2).
             Integer boxes: h = (wh_lut[th] * ha_q) >> delta_shift, cy = ((xy_lut[ty] * ha_q) >>
@@ -29,6 +29,7 @@ RefineDetDetection  (float only) priors refined by the first offsets, then decod
 import numpy as np
 
 from ..intmath import lut_lookup
+from .scoresort import tool_chain_order
 
 
 def _count(layer, xs, n_in, n_out):
@@ -217,7 +218,7 @@ def _gp_run(layer, scores, boxes, pre, post, min_size, extent, survives_of, dtyp
     out = [np.zeros((b, post), dtype), np.zeros((b, post, 4), dtype), np.zeros((b, post, 1), dtype),
            np.zeros((b, 1), np.int64)]
     for i in range(b):
-        order = np.argsort(-scores[i], kind="stable")[:pre]
+        order = tool_chain_order(scores[i], True, scores.dtype.kind == "i")[:pre]
         sizes = boxes[i, order, 2:] - boxes[i, order, :2] + extent
         order = order[(sizes > min_size).all(axis=-1)]
         kept = boxes[i, order]

@@ -3,7 +3,8 @@
 
 Region    input [B, gh, gw, A, 5 + C]. Float: p = sigmoid(t4) * softmax(t5..) per cell and
           anchor; every (cell, anchor, class) with p > obj_thresh is a box; when more pass
-          than max_box_num, the best min(max_box_num, 5000) by score (ties: the earlier first);
+          than max_box_num, the best min(max_box_num, 5000) by score (ties as the tool chain's
+          unstable sort leaves them, scoresort.py);
           listed class by class (ascending), in a class row-major or by score when capped.
           Integer: y = score_softmax_lut[q - max(q) + 2^b - 1], g = conf_sigmoid_lut[q4 - qmin],
           P = (y * g) >> conf_sigmoid_shift, 0 where P <= (sum(y) * obj_thresh) >> 8, score =
@@ -15,6 +16,8 @@ RegionFuse  two Regions' tops merged class by class (labels ascending; a label o
 import numpy as np
 
 from ..intmath import lut_lookup
+from .detection import wrap32
+from .scoresort import tool_chain_order
 
 COORDS = 5
 PICK_LIMIT = 5000
@@ -31,10 +34,6 @@ def _int(layer, key) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise layer.error(f"'{key}' must be an integer, got {value!r}", key)
     return int(value)
-
-
-def _wrap32(v):
-    return np.asarray(v, np.int64).astype(np.int32).astype(np.int64)
 
 
 def _table(layer, name, index, bits):
@@ -63,7 +62,7 @@ def _pick(scores, threshold, max_boxes):
     idx = np.argwhere(scores > threshold)
     picked = scores[tuple(idx.T)]
     if len(idx) > max_boxes:
-        keep = np.argsort(-picked, kind="stable")[:min(max_boxes, PICK_LIMIT)]
+        keep = tool_chain_order(picked, True, picked.dtype.kind == "i")[:min(max_boxes, PICK_LIMIT)]
         idx, picked = idx[keep], picked[keep]
     order = np.argsort(idx[:, 3], kind="stable")
     labels, counts = np.unique(idx[:, 3], return_counts=True)
@@ -129,12 +128,12 @@ def region_int(layer, xs, infos):
         t = xi[r, col, a, :4] + (1 << (bits - 1))
         sx, sy = _table(layer, "xy_sigmoid_lut", t[:, 0], bits), _table(layer, "xy_sigmoid_lut", t[:, 1], bits)
         ew, eh = _table(layer, "wh_exp_lut", t[:, 2], bits), _table(layer, "wh_exp_lut", t[:, 3], bits)
-        cx = _wrap32(_wrap32((col << k["col_shift"]) + sx) * k["grid_w_scale"]) >> k["grid_w_shift"]
-        cy = _wrap32(_wrap32((r << k["row_shift"]) + sy) * k["grid_h_scale"]) >> k["grid_h_shift"]
-        w = _wrap32(anchors[2 * a] * k["grid_w_scale"]) >> k["grid_w_shift"]
-        h = _wrap32(anchors[2 * a + 1] * k["grid_h_scale"]) >> k["grid_h_shift"]
-        w = _wrap32(w * (_wrap32(ew * k["wh_exp_scale"]) >> k["wh_exp_shift"])) >> k["anchors_exp_w_shift"]
-        h = _wrap32(h * (_wrap32(eh * k["wh_exp_scale"]) >> k["wh_exp_shift"])) >> k["anchors_exp_h_shift"]
+        cx = wrap32(wrap32((col << k["col_shift"]) + sx) * k["grid_w_scale"]) >> k["grid_w_shift"]
+        cy = wrap32(wrap32((r << k["row_shift"]) + sy) * k["grid_h_scale"]) >> k["grid_h_shift"]
+        w = wrap32(anchors[2 * a] * k["grid_w_scale"]) >> k["grid_w_shift"]
+        h = wrap32(anchors[2 * a + 1] * k["grid_h_scale"]) >> k["grid_h_shift"]
+        w = wrap32(w * (wrap32(ew * k["wh_exp_scale"]) >> k["wh_exp_shift"])) >> k["anchors_exp_w_shift"]
+        h = wrap32(h * (wrap32(eh * k["wh_exp_scale"]) >> k["wh_exp_shift"])) >> k["anchors_exp_h_shift"]
         ys = np.clip(np.stack([cy - (h >> 1), cy + (h >> 1)], -1), 0, 1 << k["row_shift"])
         xs_ = np.clip(np.stack([cx - (w >> 1), cx + (w >> 1)], -1), 0, 1 << k["col_shift"])
         return np.stack([ys[:, 0], xs_[:, 0], ys[:, 1], xs_[:, 1]], -1)
@@ -206,7 +205,7 @@ def regionfuse_int(layer, xs, infos):
         ms, ss = _pair(layer, prefix + "scale_value"), _pair(layer, prefix + "shift_value")
         for i in range(2):
             kind = infos[first + i].dtype
-            xs[first + i] = np.clip(_wrap32(xs[first + i] * ms[i]) >> ss[i], kind.qmin, kind.qmax)
+            xs[first + i] = np.clip(wrap32(xs[first + i] * ms[i]) >> ss[i], kind.qmin, kind.qmax)
     return _fuse_run(layer, xs, np.int64)
 
 

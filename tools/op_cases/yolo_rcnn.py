@@ -29,6 +29,17 @@ def _region_odd(b, rng, x):
     return region(b, "region", x[0], (5, 3, 3, 11), YOLO2_ANCHORS[4:], thresh=0.2)
 
 
+def _region_capped(b, rng, x):
+    """More boxes pass obj_thresh 0 (6x6 grid, 5 anchors, 40 classes: 7200 pairs) than
+    max_box_num 5000: the best 5000 by score (many equal on the integer grid)."""
+    return region(b, "region", x[0], (6, 6, 5, 45), YOLO2_ANCHORS, thresh=0.0)
+
+
+def _two_calibration_samples(rng, shapes, n, value_range, run):
+    """Two calibration samples and one to run (a large input)."""
+    return [uniform(rng, value_range, (1 if run else 2,) + s) for s in shapes]
+
+
 def _region_plain(b, rng, x):
     """An even 6x4 grid with grid_compensate off, 2 anchors, 20 classes."""
     return region(b, "region", x[0], (6, 4, 2, 25), [0.6, 0.9, 2.5, 1.7], thresh=0.1, compensate=False)
@@ -148,9 +159,16 @@ def _generate_proposals_all(b, rng, x):
     return generate_proposals(b, "proposals", x[0], x[1], BASE_ANCHORS, 6000, 40, min_size=8, iou_threshold=0.7)
 
 
+def _coarse_scores(rng, shapes, n, value_range, run):
+    """Scores in sixteenths (many equal: the order of equal scores is the tool chain's sort's)
+    and deltas in value_range."""
+    return [np.round(rng.random((n,) + shapes[0]) * 16).astype(np.float32) / 16,
+            uniform(rng, value_range, (n,) + shapes[1])]
+
+
 def _distinct_scores(rng, shapes, n, value_range, run):
-    """Scores that stay distinct on an 8-bit grid (k / 255, 0 and 1 in every sample: the
-    tool chain orders equal scores by an unstable sort) and deltas in value_range."""
+    """Scores that stay distinct on an 8-bit grid (k / 255, 0 and 1 in every sample) and
+    deltas in value_range."""
     count = int(np.prod(shapes[0]))
     scores = np.stack([np.concatenate([[0, 255], rng.choice(np.arange(1, 255), count - 2, replace=False)])
                        [rng.permutation(count)] for _ in range(n)]).astype(np.float32) / 255
@@ -177,6 +195,9 @@ CASES = [
          _region_odd, ASYM, calib_range=(-3.0, 2.5), run_range=(-3.0, 2.5)),
     Case("region_act16", "Region on 16-bit activations, grid_compensate off, 2 anchors, 20 classes",
          [(6, 4, 2, 25)], _region_plain, ACT16, calib_range=(-4.0, 4.0), run_range=(-4.0, 4.0)),
+    Case("region_capped", "Region with more boxes above obj_thresh than max_box_num (the best 5000 kept, scores "
+         "that tie on the integer grid)", [(6, 6, 5, 45)], _region_capped, calib_range=(-1.0, 1.0),
+         run_range=(-1.0, 1.0), data=_two_calibration_samples),
     Case("regionfuse_tiny", "RegionFuse of two Regions (yolo3_tiny: 4x4 and 8x8 grids, 3 classes)",
          [(4, 4, 3, 8), (8, 8, 3, 8)], _yolo3_tiny, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0),
          data=_one_sample_run),
@@ -198,8 +219,8 @@ CASES = [
          data=_one_sample_run),
     Case("proposal_act16", "Proposal on 16-bit activations", [(60, 2), (60, 4)], _proposal, ACT16,
          calib_range=(-2.0, 2.0), run_range=(-2.0, 2.0), data=_one_sample_run),
-    Case("generate_proposals", "GenerateProposals: 3 base anchors tiled over a 4x4 map, the best 30 through NMS, "
-         "10 kept", [(4, 4, 3), (4, 4, 12)], _generate_proposals, data=_distinct_scores),
+    Case("generate_proposals", "GenerateProposals: 3 base anchors tiled over a 4x4 map, the best 30 (of scores "
+         "that tie) through NMS, 10 kept", [(4, 4, 3), (4, 4, 12)], _generate_proposals, data=_coarse_scores),
     Case("generate_proposals_asym", "GenerateProposals of every box, room for 40, asymmetric activations",
          [(4, 4, 3), (4, 4, 12)], _generate_proposals_all, ASYM, data=_distinct_scores),
     Case("generate_proposals_act16", "GenerateProposals on 16-bit activations", [(4, 4, 3), (4, 4, 12)],
