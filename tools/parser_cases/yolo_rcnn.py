@@ -1,7 +1,9 @@
-"""Parser-written IRs of detection post-processing: ONNX MaxRoiPool (MaxRoiPool after the
-parser's Gather of the ROIs' coordinates).
+"""Parser-written IRs of detection post-processing: YOLO heads through the parser's
+detection_postprocess (yolo2: Region and NMS; yolo3_tiny and yolo3_full: Regions, RegionFuse
+and NMS) and ONNX MaxRoiPool (after the parser's Gather of the ROIs' coordinates).
 
-MaxRoiPool's top has one row per ROI, whatever the batch: its cases run one sample."""
+The cases run one sample: the tool chain's RegionFuse fills only the first batch item, and
+MaxRoiPool's top has one row per ROI, whatever the batch."""
 import numpy as np
 
 from op_cases.common import uniform
@@ -31,6 +33,31 @@ def _maxroipool(rng, path):
     _save_onnx(nodes, [("in0", [1, 4, 9, 12]), ("in1", [1, 30])], [("pooled", [6, 4, 3, 2])], path, [shape])
 
 
+def _heads(rng, path, grids, channels):
+    """1x1 convolutions of inputs in0, in1, ... [1, 4, g, g] to `channels` outputs each (NCHW):
+    the YOLO heads the parser's post-processing expects."""
+    from onnx import helper, numpy_helper
+
+    nodes, inputs, outputs, weights = [], [], [], []
+    for i, g in enumerate(grids):
+        w = numpy_helper.from_array((rng.standard_normal((channels, 4, 1, 1)) * 0.8).astype(np.float32), f"w{i}")
+        b = numpy_helper.from_array((rng.standard_normal(channels) * 0.3).astype(np.float32), f"b{i}")
+        nodes.append(helper.make_node("Conv", [f"in{i}", f"w{i}", f"b{i}"], [f"head{i}"], kernel_shape=[1, 1]))
+        inputs.append((f"in{i}", [1, 4, g, g]))
+        outputs.append((f"head{i}", [1, channels, g, g]))
+        weights += [w, b]
+    _save_onnx(nodes, inputs, outputs, path, weights)
+
+
+def _one_sample(rng, shapes, n, value_range, run):
+    return [uniform(rng, value_range, (1 if run else n,) + s) for s in shapes]
+
+
+def _small(rng, shapes, n, value_range, run):
+    """One sample to run, two to calibrate (large inputs)."""
+    return [uniform(rng, value_range, (1 if run else 2,) + s) for s in shapes]
+
+
 def _rois(rng, shapes, n, value_range, run):
     """Features in value_range; 6 ROIs of batch 0 with corners in [-8, 100] pixels (x1, y1, x2,
     y2 in any order); one sample in the run."""
@@ -41,6 +68,17 @@ def _rois(rng, shapes, n, value_range, run):
 
 
 CASES = [
+    Case("parser_yolo2", "the parser's yolo2 post-processing (Region, NMS) of a 13x13 head, 5 anchors, 2 classes",
+         [(4, 13, 13)], lambda rng, path: _heads(rng, path, [13], 35), data=_one_sample,
+         parser={"detection_postprocess": "yolo2", "obj_threshold": "0.5"}),
+    Case("parser_yolo3_tiny", "the parser's yolo3_tiny post-processing (two Regions, RegionFuse, NMS) of 13x13 and "
+         "26x26 heads, 80 classes, obj_threshold 0.1", [(4, 13, 13), (4, 26, 26)],
+         lambda rng, path: _heads(rng, path, [13, 26], 255), data=_one_sample,
+         parser={"detection_postprocess": "yolo3_tiny", "obj_threshold": "0.1"}),
+    Case("parser_yolo3_full", "the parser's yolo3_full post-processing (three Regions, two RegionFuse, NMS) of "
+         "13x13, 26x26 and 52x52 heads, 80 classes, obj_threshold 0.15", [(4, 13, 13), (4, 26, 26), (4, 52, 52)],
+         lambda rng, path: _heads(rng, path, [13, 26, 52], 255), data=_small,
+         parser={"detection_postprocess": "yolo3_full", "obj_threshold": "0.15"}),
     Case("parser_maxroipool", "ONNX MaxRoiPool of 6 ROIs (an input) on a 9x12 map at 1/8, 3x2 bins",
          [(4, 9, 12), (30,)], _maxroipool, data=_rois),
 ]
