@@ -82,18 +82,16 @@ def class_nms(boxes: torch.Tensor, limit: int) -> torch.Tensor:
 
 def detections(boxes, scores, objectness, pre: int, post: int, obj_thresh: float, conf_thresh: float):
     """One image's kept boxes, best first."""
-    found_scores, found_classes, found_priors = [], [], []
+    found_scores, found_priors = [], []
     live = objectness >= obj_thresh
     for c in range(1, scores.shape[1]):
         candidates = torch.nonzero(live & (scores[:, c] > conf_thresh)).reshape(-1)
         candidates = candidates[descending(scores[candidates, c])[:pre]]
         kept = candidates[class_nms(boxes[candidates], post)]
         found_scores.append(scores[kept, c])
-        found_classes.append(torch.full_like(kept, c))
         found_priors.append(kept)
-    score, klass, prior = torch.cat(found_scores), torch.cat(found_classes), torch.cat(found_priors)
-    order = descending(score)[:post]   # classes in order, each by score: ties keep (class, prior) order
-    return boxes[prior[order]]
+    order = descending(torch.cat(found_scores))[:post]   # listed class by class: ties keep (class, NMS) order
+    return boxes[torch.cat(found_priors)[order]]
 
 
 @op_register(OpType.RefineDetDetection, "1.0")
