@@ -1,9 +1,11 @@
 """What the YOLO and R-CNN post-processing layers (Region, RegionFuse, Proposal,
 GenerateProposals, MaxRoiPool, RefineDetDetection) add to the detection helpers of
 _boxes.py: counts and sizes checked against the tops' IR shapes (a layer being built has
-none yet), and the tool chain's float32 logarithm of its power-of-two grids."""
+none yet), greedy NMS over boxes in a given order, their tops' types, and the tool chain's
+float32 logarithm of its power-of-two grids."""
 import torch
 
+from ..quant import tensors as QT
 from ._boxes import fail
 
 
@@ -27,6 +29,33 @@ def check_room(node, index: int, axis: int, want: int, what: str) -> None:
     got = room(node, index, axis, want)
     if got != want:
         raise fail(node, f"{what} is {want}, but top {index} ('{node.outputs[index].name}') holds {got}")
+
+
+def greedy_keep(count: int, limit: int, survivors) -> torch.Tensor:
+    """Greedy NMS over `count` boxes in their order: box i, when still alive, is kept and
+    `survivors(i)` (booleans for the boxes after it) removes those it suppresses; the
+    positions of the first `limit` kept."""
+    alive = torch.ones(count, dtype=torch.bool)
+    keep = []
+    for i in range(count):
+        if not alive[i]:
+            continue
+        keep.append(i)
+        if len(keep) == limit:
+            break
+        alive[i + 1:] &= survivors(i)
+    return torch.tensor(keep, dtype=torch.int64)
+
+
+def set_tops(node, values, first_count: int) -> list:
+    """`values` as the layer's tops: integers in the tops' types when quantized; in float, the
+    tops from `first_count` on (counts, labels) int32 as the parser types them."""
+    for i, (t, v) in enumerate(zip(node.outputs, values)):
+        if node.quantized:
+            QT.store_output(node, v, t)
+        else:
+            t.betensor = v if i < first_count else v.to(torch.int32)
+    return [t.betensor for t in node.outputs]
 
 
 def floor_log2(v) -> int:

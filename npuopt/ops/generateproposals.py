@@ -30,7 +30,7 @@ from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ..tensor import PyTensor
 from . import _boxes as B
-from ._detection import check_room, count_param, floor_log2
+from ._detection import check_room, count_param, floor_log2, greedy_keep, set_tops
 from .proposal import INT16, power_of_two_scale
 
 FEATURE_STRIDE = 16
@@ -129,25 +129,17 @@ def nms(node, boxes: torch.Tensor, limit: int) -> torch.Tensor:
         threshold = int(node.get_param("iou_threshold"))
     else:
         threshold = B.number(node, "iou_threshold")
-    alive = torch.ones(boxes.shape[0], dtype=torch.bool)
-    keep = []
-    for i in range(boxes.shape[0]):
-        if not alive[i]:
-            continue
-        keep.append(i)
-        if len(keep) == limit:
-            break
+
+    def survivors(i: int) -> torch.Tensor:
         rest = slice(i + 1, None)
         w = torch.clamp(torch.minimum(x1[i], x1[rest]) - torch.maximum(x0[i], x0[rest]) + extent, min=0)
         h = torch.clamp(torch.minimum(y1[i], y1[rest]) - torch.maximum(y0[i], y0[rest]) + extent, min=0)
         if node.quantized:
             inter = (w * h) >> AREA_SHIFT
-            survives = inter <= (((areas[i] + areas[rest] - inter) * threshold) >> IOU_SHIFT)
-        else:
-            inter = w * h
-            survives = inter / (areas[i] + areas[rest] - inter) <= threshold
-        alive[rest] &= survives
-    return torch.tensor(keep, dtype=torch.int64)
+            return inter <= (((areas[i] + areas[rest] - inter) * threshold) >> IOU_SHIFT)
+        inter = w * h
+        return inter / (areas[i] + areas[rest] - inter) <= threshold
+    return greedy_keep(boxes.shape[0], limit, survivors)
 
 
 @op_register(OpType.GenerateProposals, "1.0")
@@ -172,12 +164,7 @@ def generateproposals_forward(self, *args):
         keep = order[nms(self, boxes[b, order], post)]
         out[0][b, :keep.numel()], out[1][b, :keep.numel()] = scores[b, keep], boxes[b, keep]
         out[3][b, 0] = keep.numel()
-    for i, (t, v) in enumerate(zip(self.outputs, out)):
-        if self.quantized:
-            QT.store_output(self, v, t)
-        else:
-            t.betensor = v if i < 3 else v.to(torch.int32)
-    return [t.betensor for t in self.outputs]
+    return set_tops(self, out, 3)
 
 
 # ---- quantize ------------------------------------------------------------------------------

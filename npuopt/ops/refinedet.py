@@ -22,7 +22,7 @@ import torch
 from ..dtype import computing_float
 from ..registry import OpType, op_register
 from . import _boxes as B
-from ._detection import count_param, room
+from ._detection import count_param, greedy_keep, room
 
 VARIANCES = (0.1, 0.1, 0.2, 0.2)
 IOU_THRESHOLD = 0.45
@@ -65,19 +65,12 @@ def class_nms(boxes: torch.Tensor, limit: int) -> torch.Tensor:
     """Greedy NMS of boxes in their order (IoU > 0.45 suppresses); positions of the first
     `limit` kept."""
     areas = (boxes[:, 2] - boxes[:, 0]).clamp(min=0) * (boxes[:, 3] - boxes[:, 1]).clamp(min=0)
-    alive = torch.ones(boxes.shape[0], dtype=torch.bool)
-    keep = []
-    for i in range(boxes.shape[0]):
-        if not alive[i]:
-            continue
-        keep.append(i)
-        if len(keep) == limit:
-            break
+
+    def survivors(i: int) -> torch.Tensor:
         lo, hi = torch.maximum(boxes[i, :2], boxes[i + 1:, :2]), torch.minimum(boxes[i, 2:], boxes[i + 1:, 2:])
         inter = (hi - lo).clamp(min=0).prod(dim=-1)
-        union = areas[i] + areas[i + 1:] - inter
-        alive[i + 1:] &= ~(inter > IOU_THRESHOLD * union)
-    return torch.tensor(keep, dtype=torch.int64)
+        return ~(inter > IOU_THRESHOLD * (areas[i] + areas[i + 1:] - inter))
+    return greedy_keep(boxes.shape[0], limit, survivors)
 
 
 def detections(boxes, scores, objectness, pre: int, post: int, obj_thresh: float, conf_thresh: float):

@@ -22,7 +22,7 @@ from ..quant import tensors as QT
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from . import _boxes as B
-from ._detection import check_room, count_param, floor_log2, room
+from ._detection import check_room, count_param, floor_log2, room, set_tops
 
 COORDS_AND_CONF = 5
 PICK_LIMIT = 5000           # the tool chain's cap on the boxes kept by score
@@ -164,12 +164,7 @@ def region_forward(self, *args):
         counts[b, :present.numel()], labels[b, :present.numel()] = per_class, present
         totals[b, 0] = present.numel()
     values = [out_scores, out_boxes, counts, labels, totals]
-    for i, (t, v) in enumerate(zip(self.outputs, values)):
-        if self.quantized:
-            QT.store_output(self, v, t)
-        else:
-            t.betensor = v if i < 2 else v.to(torch.int32)
-    return [t.betensor for t in self.outputs]
+    return set_tops(self, values, 2)
 
 
 # ---- quantize ----------------------------------------------------------------------------
