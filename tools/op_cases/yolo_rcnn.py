@@ -35,6 +35,13 @@ def _region_capped(b, rng, x):
     return region(b, "region", x[0], (6, 6, 5, 45), YOLO2_ANCHORS, thresh=0.0)
 
 
+def _region_after_relu(b, rng, x):
+    """Region of a ReLU's output: an unsigned input keeps it in float (its box tables read the
+    input as signed), between integer layers."""
+    relu = b.layer("Activation", "relu", [x[0]], dict(method="RELU"))[0]
+    return region(b, "region", relu, (4, 4, 3, 9), YOLO2_ANCHORS, thresh=0.25)
+
+
 def _two_calibration_samples(rng, shapes, n, value_range, run):
     """Two calibration samples and one to run (a large input)."""
     return [uniform(rng, value_range, (1 if run else 2,) + s) for s in shapes]
@@ -198,6 +205,8 @@ CASES = [
     Case("region_capped", "Region with more boxes above obj_thresh than max_box_num (the best 5000 kept, scores "
          "that tie on the integer grid)", [(6, 6, 5, 45)], _region_capped, calib_range=(-1.0, 1.0),
          run_range=(-1.0, 1.0), data=_two_calibration_samples),
+    Case("region_float", "Region kept in float (an unsigned input) after a quantized ReLU", [(4, 4, 3, 9)],
+         _region_after_relu, calib_range=(-1.0, 3.0), run_range=(-1.0, 3.0)),
     Case("regionfuse_tiny", "RegionFuse of two Regions (yolo3_tiny: 4x4 and 8x8 grids, 3 classes)",
          [(4, 4, 3, 8), (8, 8, 3, 8)], _yolo3_tiny, calib_range=(-3.0, 3.0), run_range=(-3.0, 3.0),
          data=_one_sample_run),
