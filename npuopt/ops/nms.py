@@ -25,6 +25,7 @@ dtype's minimum - 1); GAUSSIAN: iou = inter * 255 // union indexes `gaussian_sca
 the input's grid; counts and indices uint16."""
 import math
 
+import numpy
 import torch
 
 from ..dtype import Dtype
@@ -39,6 +40,7 @@ METHODS = ["HARD", "GAUSSIAN", "LINEAR"]
 AREAS_SHIFT = 13
 IOU_SHIFT = 8
 SIGMA_SHIFT = 8
+NMS_BLOCK = 256   # candidates whose overlaps are computed at once
 
 
 def checked_inputs(node):
@@ -85,23 +87,34 @@ class Overlaps:
 
 
 def hard_nms(node, boxes, scores, cap: int, threshold) -> list:
-    """Indices of the kept boxes of one class, in the order they are kept."""
+    """Indices of the kept boxes of one class, in the order they are kept: the tool chain's
+    loop (the best box left kept, the boxes it overlaps dropped), with the overlaps of a
+    block of candidates against the boxes after them computed at once (every pair's test
+    is elementwise, so it does not depend on which others are computed with it)."""
     iou = node.get_param("iou_threshold") if node.quantized else B.number(node, "iou_threshold")
     ov = Overlaps(boxes, AREAS_SHIFT if node.quantized else None)
     order = B.tool_chain_argsort(scores, descending=True)
+    at_most = (scores.float() <= threshold)[order].cpu().numpy()   # float32, the threshold too
+    alive = numpy.ones(order.numel(), dtype=bool)
     kept = []
-    while order.numel():
-        i = int(order[0])
-        if bool(scores[i].float() <= threshold):   # float32, the threshold too, as the tool chain compares
-            break
-        kept.append(i)
-        if len(kept) >= cap:
-            break
-        rest = order[1:]
-        inter = ov.inter(i, rest)
-        union = ov.union(i, rest, inter)
+    for start in range(0, order.numel(), NMS_BLOCK):
+        rows = start + numpy.flatnonzero(alive[start:start + NMS_BLOCK])
+        if not rows.size:
+            continue
+        r, c = order[torch.from_numpy(rows).to(order.device)][:, None], order[None, start:]
+        inter = ov.inter(r, c)
+        union = ov.union(r, c, inter)
         limit = (union * iou) >> int_param(node, "iou_thresh_shift") if node.quantized else union * iou
-        order = rest[inter <= limit]
+        survive = (inter <= limit).cpu().numpy()
+        for row, p in enumerate(rows.tolist()):
+            if not alive[p]:
+                continue
+            if at_most[p]:
+                return kept
+            kept.append(int(order[p]))
+            if len(kept) >= cap:
+                return kept
+            alive[p + 1:] &= survive[row, p + 1 - start:]
     return kept
 
 
