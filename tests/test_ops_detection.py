@@ -13,7 +13,7 @@ from npuopt.errors import IRError
 from npuopt.ir.builder import GraphBuilder
 from npuopt_run.ops.scoresort import tool_chain_order
 
-from conftest import REPO, edit_ir, error_lines, run_in_process
+from conftest import REPO, edit_ir, run_in_process
 
 
 def forward(optype, inputs, params, tops, constants=None):

@@ -186,7 +186,11 @@ def one_sample(node, boxes, counts, total, scores, method: str, threshold, rooms
         out_keep[filled:filled + take] = index.cpu()
         out_counts[c] = take
         start, filled = start + n, filled + take
-    return out_boxes, out_counts, out_scores, out_keep
+    if node.quantized:   # the kept boxes onto the top's grid
+        out_boxes = B.wrap_int32(out_boxes.to(torch.int64) * int_param(node, "scale_value")) \
+            >> int_param(node, "shift_value")
+    device = boxes.device
+    return out_boxes.to(device), out_counts.to(device), out_scores.to(device), out_keep.to(device)
 
 
 @op_register(OpType.NMS, "1.0")
@@ -200,18 +204,8 @@ def nms_forward(self, *args):
         threshold = float(int_param(self, "score_threshold"))
     else:  # the tool chain's float NMS computes its boxes in float32
         boxes, threshold = boxes.float(), B.number(self, "score_threshold", float("-inf"))
-    tops = [torch.stack(parts).to(boxes.device) for parts in
-            zip(*(one_sample(self, boxes[b], counts[b], total[b], scores[b], method, threshold, rooms)
-                  for b in range(boxes.shape[0])))]
-    if self.quantized:
-        tops[0] = B.wrap_int32(tops[0].to(torch.int64) * int_param(self, "scale_value")) \
-            >> int_param(self, "shift_value")
-        for out, y in zip(self.outputs, tops):
-            B.store_ints(y, out)
-    else:
-        for out, y, integer in zip(self.outputs, tops, (False, True, False, True)):
-            out.betensor = y.to(torch.int32) if integer else y
-    return [t.betensor for t in self.outputs]
+    return B.set_tops(self, [one_sample(self, boxes[b], counts[b], total[b], scores[b], method, threshold, rooms)
+                             for b in range(boxes.shape[0])], (1, 3))
 
 
 # ---- quantization -------------------------------------------------------------------------
