@@ -126,8 +126,8 @@ def soft_nms(node, boxes, scores, cap: int, threshold) -> tuple:
         shift_lut = node.get_constant("gaussian_shift_lut").betensor.to(torch.int64)
         top = (1 << int_param(node, "soft_nms_sigma_in_shift")) - 1
     else:
-        sigma, scores = -0.5 / B.number(node, "soft_nms_sigma"), scores.float()
-    candidates = (scores > threshold).nonzero().reshape(-1).tolist()
+        sigma = -0.5 / B.number(node, "soft_nms_sigma")
+    candidates = (scores.float() > threshold).nonzero().reshape(-1).tolist()   # float32, as the tool chain
     values = scores[candidates].clone()
     begin = [0] * len(candidates)
     kept, kept_scores = [], []
@@ -202,8 +202,8 @@ def nms_forward(self, *args):
         boxes = boxes.to(torch.int64) + int(self.inputs[0].zerop)
         scores = scores.to(torch.int64)
         threshold = float(int_param(self, "score_threshold"))
-    else:  # the tool chain's float NMS computes its boxes in float32
-        boxes, threshold = boxes.float(), B.number(self, "score_threshold", float("-inf"))
+    else:
+        threshold = B.number(self, "score_threshold", float("-inf"))
     return B.set_tops(self, [one_sample(self, boxes[b], counts[b], total[b], scores[b], method, threshold, rooms)
                              for b in range(boxes.shape[0])], (1, 3))
 
