@@ -16,9 +16,9 @@ their scores [B, M], their indices within their class [B, M]; the classes' kept 
 after the other, cut at M; unused entries 0.
 
 Quantized (the tool chain's integer form): boxes q + zp; areas |dy * dx| (int32) >>
-`areas_shift` (13), intersections likewise, a box dropped when inter > (union *
-`iou_threshold`) >> `iou_thresh_shift` (iou_threshold an integer: 256 * the float one,
-shift 8); scores compared as codes with `score_threshold` (on the scores' grid; -inf: the
+`areas_shift` (13 for 16-bit boxes, as the tool chain; 2 * bits - 19 for narrower ones),
+intersections likewise, a box dropped when inter > (union * `iou_threshold`) >>
+`iou_thresh_shift` (iou_threshold an integer: 256 * the float one, shift 8); scores compared as codes with `score_threshold` (on the scores' grid; -inf: the
 dtype's minimum - 1); GAUSSIAN: iou = inter * 255 // union indexes `gaussian_scale_lut`
 (uint16) and `gaussian_shift_lut` (uint8), score = score * scale >> shift. Kept boxes
 (q + zp) * `scale_value` >> `shift_value` (the boxes' grid, or whole units); scores keep
@@ -37,7 +37,7 @@ from ._layout import param_choice
 from ._movement import index_output_quantization, int_param
 
 METHODS = ["HARD", "GAUSSIAN", "LINEAR"]
-AREAS_SHIFT = 13
+AREAS_SHIFT = 13   # the tool chain's, for 16-bit boxes; narrower boxes take less (areas_shift)
 IOU_SHIFT = 8
 SIGMA_SHIFT = 8
 NMS_BLOCK = 256   # candidates whose overlaps are computed at once
@@ -92,7 +92,7 @@ def hard_nms(node, boxes, scores, cap: int, threshold) -> list:
     block of candidates against the boxes after them computed at once (every pair's test
     is elementwise, so it does not depend on which others are computed with it)."""
     iou = node.get_param("iou_threshold") if node.quantized else B.number(node, "iou_threshold")
-    ov = Overlaps(boxes, AREAS_SHIFT if node.quantized else None)
+    ov = Overlaps(boxes, int_param(node, "areas_shift") if node.quantized else None)
     order = B.tool_chain_argsort(scores, descending=True)
     at_most = (scores.float() <= threshold)[order].cpu().numpy()   # float32, the threshold too
     alive = numpy.ones(order.numel(), dtype=bool)
@@ -120,7 +120,7 @@ def hard_nms(node, boxes, scores, cap: int, threshold) -> list:
 
 def soft_nms(node, boxes, scores, cap: int, threshold) -> tuple:
     """(indices, scores) of the kept boxes of one class, GAUSSIAN."""
-    ov = Overlaps(boxes, AREAS_SHIFT if node.quantized else None, soft=True)
+    ov = Overlaps(boxes, int_param(node, "areas_shift") if node.quantized else None, soft=True)
     if node.quantized:
         scale_lut = node.get_constant("gaussian_scale_lut").betensor.to(torch.int64)
         shift_lut = node.get_constant("gaussian_shift_lut").betensor.to(torch.int64)
@@ -216,6 +216,13 @@ def gaussian_tables(sigma: float):
     return qmath.scale_approximation(decay, 16)
 
 
+def areas_shift(bits: int) -> int:
+    """The tool chain's 13 for 16-bit boxes; narrower boxes keep more of their areas' bits
+    (2 * bits - 19, at least 0: 8-bit boxes' areas whole), as much as keeps union *
+    iou_threshold within int32."""
+    return min(AREAS_SHIFT, max(0, 2 * bits - 19))
+
+
 @quant_register(OpType.NMS, "1.0")
 def nms_quantize(self, *args):
     QT.check_quantized_inputs(self)
@@ -236,7 +243,7 @@ def nms_quantize(self, *args):
         fields.set_constant(self, "gaussian_shift_lut", shifts, Dtype.UINT8)
         self.params["soft_nms_sigma_in_shift"] = SIGMA_SHIFT
     self.params.update(iou_thresh_shift=IOU_SHIFT, iou_threshold=int(iou * (1 << IOU_SHIFT)),
-                       areas_shift=AREAS_SHIFT, scale_value=int(m), shift_value=int(s),
+                       areas_shift=areas_shift(boxes.dtype.bits), scale_value=int(m), shift_value=int(s),
                        scale_type=fields.multiplier_dtype(16).value, shift_type=fields.shift_dtype(s).value,
                        score_threshold=scores.dtype.qmin - 1 if threshold == -math.inf
                        else B.quantize_number(threshold, scores))

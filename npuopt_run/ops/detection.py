@@ -25,8 +25,6 @@ from ..intmath import requantize
 from .scoresort import tool_chain_order
 from .stage import int_param
 
-AREAS_SHIFT_DEFAULT = 13
-
 
 def wrap32(x) -> np.ndarray:
     """int64 integers as an int32 holds them after the tool chain's int32 arithmetic."""
@@ -78,7 +76,7 @@ class _Boxes:
 
 def _hard(layer, b, s, cap, threshold, integer):
     iou = int_param(layer, "iou_threshold") if integer else number(layer, "iou_threshold")
-    boxes = _Boxes(b, int_param(layer, "areas_shift", AREAS_SHIFT_DEFAULT) if integer else None, True)
+    boxes = _Boxes(b, int_param(layer, "areas_shift") if integer else None, True)
     order = tool_chain_order(s, True, integer)
     kept = []
     while order.size:
@@ -97,7 +95,7 @@ def _hard(layer, b, s, cap, threshold, integer):
 
 
 def _soft(layer, b, s, cap, threshold, integer):
-    boxes = _Boxes(b, int_param(layer, "areas_shift", AREAS_SHIFT_DEFAULT) if integer else None, False)
+    boxes = _Boxes(b, int_param(layer, "areas_shift") if integer else None, False)
     if integer:
         scales, shifts = layer.const("gaussian_scale_lut"), layer.const("gaussian_shift_lut")
         top = (1 << int_param(layer, "soft_nms_sigma_in_shift")) - 1
