@@ -18,8 +18,9 @@ after the other, cut at M; unused entries 0.
 Quantized (the tool chain's integer form): boxes q + zp; areas |dy * dx| (int32) >>
 `areas_shift` (13 for 16-bit boxes, as the tool chain; 2 * bits - 19 for narrower ones),
 intersections likewise, a box dropped when inter > (union * `iou_threshold`) >>
-`iou_thresh_shift` (iou_threshold an integer: 256 * the float one, shift 8); scores compared as codes with `score_threshold` (on the scores' grid; -inf: the
-dtype's minimum - 1); GAUSSIAN: iou = inter * 255 // union indexes `gaussian_scale_lut`
+`iou_thresh_shift` (iou_threshold an integer: 256 * the float one, shift 8); scores
+compared as codes with `score_threshold` (on the scores' grid; -inf: the dtype's minimum
+- 1); GAUSSIAN: iou = inter * 255 // union indexes `gaussian_scale_lut`
 (uint16) and `gaussian_shift_lut` (uint8), score = score * scale >> shift. Kept boxes
 (q + zp) * `scale_value` >> `shift_value` (the boxes' grid, or whole units); scores keep
 the input's grid; counts and indices uint16."""
