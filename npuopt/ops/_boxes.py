@@ -9,6 +9,8 @@ import torch
 
 from ..errors import IRError
 from ..quant import qmath
+from ..quant import tensors as QT
+from ..quant.settings import settings_of
 
 INT16_MAX = 32767
 
@@ -134,3 +136,22 @@ def store_ints(y: torch.Tensor, out) -> torch.Tensor:
     out.betensor = y.to(torch.int64).clamp(out.dtype.qmin, out.dtype.qmax).to(out.dtype.torch_dtype)
     return out.betensor
 
+
+
+def set_tops(node, per_sample, integer_tops) -> list:
+    """Each top from the samples' parts stacked: in a quantized layer integers on their
+    grids; in a float one int32 for the tops in `integer_tops` (counts, classes, indices)."""
+    for i, (out, parts) in enumerate(zip(node.outputs, zip(*per_sample))):
+        y = torch.stack(parts)
+        if node.quantized:
+            store_ints(y, out)
+        else:
+            out.betensor = y.to(torch.int32) if i in integer_tops else y
+    return [t.betensor for t in node.outputs]
+
+
+def per_tensor_activations(node) -> None:
+    """The tool chain quantizes these layers with per-tensor activations only."""
+    QT.check_quantized_inputs(node)
+    if settings_of(node).quantize_method_for_activation.per_channel:
+        raise QT.Unsupported(f"layer '{node.name}' ({node.type}): per-channel activations are not supported")

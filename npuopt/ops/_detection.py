@@ -1,11 +1,10 @@
 """What the YOLO and R-CNN post-processing layers (Region, RegionFuse, Proposal,
 GenerateProposals, MaxRoiPool, RefineDetDetection) add to the detection helpers of
 _boxes.py: counts and sizes checked against the tops' IR shapes (a layer being built has
-none yet), greedy NMS over boxes in a given order, their tops' types, and the tool chain's
+none yet), greedy NMS over boxes in a given order, and the tool chain's
 float32 logarithm of its power-of-two grids."""
 import torch
 
-from ..quant import tensors as QT
 from ._boxes import fail
 
 
@@ -45,17 +44,6 @@ def greedy_keep(count: int, limit: int, survivors) -> torch.Tensor:
             break
         alive[i + 1:] &= survivors(i)
     return torch.tensor(keep, dtype=torch.int64)
-
-
-def set_tops(node, values, first_count: int) -> list:
-    """`values` as the layer's tops: integers in the tops' types when quantized; in float, the
-    tops from `first_count` on (counts, labels) int32 as the parser types them."""
-    for i, (t, v) in enumerate(zip(node.outputs, values)):
-        if node.quantized:
-            QT.store_output(node, v, t)
-        else:
-            t.betensor = v if i < first_count else v.to(torch.int32)
-    return [t.betensor for t in node.outputs]
 
 
 def floor_log2(v) -> int:

@@ -87,7 +87,7 @@ def boundingbox_forward(self, *args):
     out = self.outputs[0]
     if self.quantized:
         return B.store_ints(refined_int(self, boxes, deltas), out)
-    out.betensor = refined_float(boxes.float(), deltas.float(), std)
+    out.betensor = refined_float(boxes, deltas, std)
     return out.betensor
 
 

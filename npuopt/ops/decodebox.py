@@ -144,14 +144,8 @@ def decodebox_forward(self, *args):
         threshold = int_param(self, "score_threshold_uint8")
     else:
         boxes, threshold = decoded_float(self, deltas, p), p.threshold
-    per_sample = [select(self, scores[b], boxes[b], threshold, p.class_num) for b in range(scores.shape[0])]
-    tops = [torch.stack(parts) for parts in zip(*per_sample)]
-    for i, (out, y) in enumerate(zip(self.outputs, tops)):
-        if self.quantized:
-            B.store_ints(y, out)
-        else:
-            out.betensor = y.to(torch.int32) if i in (1, 2, 4) else y
-    return [t.betensor for t in self.outputs]
+    return B.set_tops(self, [select(self, scores[b], boxes[b], threshold, p.class_num)
+                             for b in range(scores.shape[0])], (1, 2, 4))
 
 
 # ---- quantization -------------------------------------------------------------------------
@@ -169,10 +163,8 @@ def coordinate_bound(node, p: Params, moves: float, size_exp: float) -> float:
 
 @quant_register(OpType.DecodeBox, "1.0")
 def decodebox_quantize(self, *args):
-    QT.check_quantized_inputs(self)
+    B.per_tensor_activations(self)
     st = settings_of(self)
-    if st.quantize_method_for_activation.per_channel:
-        raise QT.Unsupported(f"layer '{self.name}' (DecodeBox): per-channel activations are not supported")
     scores, deltas = self.inputs
     p = params(self, int(scores.ir_shape[2]) if scores.ir_shape else scores.betensor.shape[2])
     threshold = B.quantize_number(p.threshold, scores) + int(scores.zerop)

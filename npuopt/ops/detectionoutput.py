@@ -155,23 +155,14 @@ def detectionoutput_forward(self, *args):
         scores, threshold = scores.to(torch.int64), int_param(self, "score_threshold_value")
     else:
         boxes, threshold = decoded_float(self, codes, proposals), B.number(self, "score_threshold")
-    tops = [torch.stack(parts) for parts in
-            zip(*(select(self, scores[b], boxes[b], threshold) for b in range(scores.shape[0])))]
-    for i, (out, y) in enumerate(zip(self.outputs, tops)):
-        if self.quantized:
-            B.store_ints(y, out)
-        else:
-            out.betensor = y if i < 2 else y.to(torch.int32)
-    return [t.betensor for t in self.outputs]
+    return B.set_tops(self, [select(self, scores[b], boxes[b], threshold) for b in range(scores.shape[0])], (2, 3, 4))
 
 
 # ---- quantization -------------------------------------------------------------------------
 @quant_register(OpType.DetectionOutput, "1.0")
 def detectionoutput_quantize(self, *args):
-    QT.check_quantized_inputs(self)
+    B.per_tensor_activations(self)
     st = settings_of(self)
-    if st.quantize_method_for_activation.per_channel:
-        raise QT.Unsupported(f"layer '{self.name}' (DetectionOutput): per-channel activations are not supported")
     scores, codes, proposals = self.inputs
     variance = B.numbers(self, "variance", 4)
     height, width = (int_param(self, key, minimum=1) for key in ("image_height", "image_width"))

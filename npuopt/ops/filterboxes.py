@@ -18,8 +18,6 @@ from ..registry import OpType, op_register, quant_register
 from . import _boxes as B
 from ._movement import int_param
 
-NAMES = ("boxes", "scores", "boxes per class", "classes", "classes used")
-
 
 def checked_inputs(node):
     B.count_io(node, 5, 5)
@@ -73,15 +71,8 @@ def filterboxes_forward(self, *args):
         threshold, min_h, min_w = int_param(self, "score_threshold"), int(min_h), int(min_w)
     else:
         threshold = B.number(self, "score_threshold", -math.inf)
-    tops = [torch.stack(parts) for parts in zip(*(one_sample(self, boxes[b], scores[b], counts[b], labels[b], total[b],
-                                                             room, threshold, min_h, min_w)
-                                                  for b in range(boxes.shape[0])))]
-    for i, (out, y) in enumerate(zip(self.outputs, tops)):
-        if self.quantized:
-            B.store_ints(y, out)
-        else:
-            out.betensor = y if i < 2 else y.to(torch.int32)
-    return [t.betensor for t in self.outputs]
+    return B.set_tops(self, [one_sample(self, boxes[b], scores[b], counts[b], labels[b], total[b], room, threshold,
+                                        min_h, min_w) for b in range(boxes.shape[0])], (2, 3, 4))
 
 
 @quant_register(OpType.FilterBoxes, "1.0")

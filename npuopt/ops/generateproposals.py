@@ -30,7 +30,7 @@ from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ..tensor import PyTensor
 from . import _boxes as B
-from ._detection import check_room, count_param, floor_log2, greedy_keep, set_tops
+from ._detection import check_room, count_param, floor_log2, greedy_keep
 from .proposal import INT16, power_of_two_scale
 
 FEATURE_STRIDE = 16
@@ -164,7 +164,7 @@ def generateproposals_forward(self, *args):
         keep = order[nms(self, boxes[b, order], post)]
         out[0][b, :keep.numel()], out[1][b, :keep.numel()] = scores[b, keep], boxes[b, keep]
         out[3][b, 0] = keep.numel()
-    return set_tops(self, out, 3)
+    return B.set_tops(self, list(zip(*out)), range(3, len(out)))
 
 
 # ---- quantize ------------------------------------------------------------------------------

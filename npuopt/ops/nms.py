@@ -16,15 +16,17 @@ their scores [B, M], their indices within their class [B, M]; the classes' kept 
 after the other, cut at M; unused entries 0.
 
 Quantized (the tool chain's integer form): boxes q + zp; areas |dy * dx| (int32) >>
-`areas_shift` (13), intersections likewise, a box dropped when inter > (union *
-`iou_threshold`) >> `iou_thresh_shift` (iou_threshold an integer: 256 * the float one,
-shift 8); scores compared as codes with `score_threshold` (on the scores' grid; -inf: the
-dtype's minimum - 1); GAUSSIAN: iou = inter * 255 // union indexes `gaussian_scale_lut`
+`areas_shift` (13 for 16-bit boxes, as the tool chain; 2 * bits - 19 for narrower ones),
+intersections likewise, a box dropped when inter > (union * `iou_threshold`) >>
+`iou_thresh_shift` (iou_threshold an integer: 256 * the float one, shift 8); scores
+compared as codes with `score_threshold` (on the scores' grid; -inf: the dtype's minimum
+- 1); GAUSSIAN: iou = inter * 255 // union indexes `gaussian_scale_lut`
 (uint16) and `gaussian_shift_lut` (uint8), score = score * scale >> shift. Kept boxes
 (q + zp) * `scale_value` >> `shift_value` (the boxes' grid, or whole units); scores keep
 the input's grid; counts and indices uint16."""
 import math
 
+import numpy
 import torch
 
 from ..dtype import Dtype
@@ -36,9 +38,10 @@ from ._layout import param_choice
 from ._movement import index_output_quantization, int_param
 
 METHODS = ["HARD", "GAUSSIAN", "LINEAR"]
-AREAS_SHIFT = 13
+AREAS_SHIFT = 13   # the tool chain's, for 16-bit boxes; narrower boxes take less (areas_shift)
 IOU_SHIFT = 8
 SIGMA_SHIFT = 8
+NMS_BLOCK = 256   # candidates whose overlaps are computed at once
 
 
 def checked_inputs(node):
@@ -85,36 +88,47 @@ class Overlaps:
 
 
 def hard_nms(node, boxes, scores, cap: int, threshold) -> list:
-    """Indices of the kept boxes of one class, in the order they are kept."""
+    """Indices of the kept boxes of one class, in the order they are kept: the tool chain's
+    loop (the best box left kept, the boxes it overlaps dropped), with the overlaps of a
+    block of candidates against the boxes after them computed at once (every pair's test
+    is elementwise, so it does not depend on which others are computed with it)."""
     iou = node.get_param("iou_threshold") if node.quantized else B.number(node, "iou_threshold")
-    ov = Overlaps(boxes, AREAS_SHIFT if node.quantized else None)
+    ov = Overlaps(boxes, int_param(node, "areas_shift") if node.quantized else None)
     order = B.tool_chain_argsort(scores, descending=True)
+    at_most = (scores.float() <= threshold)[order].cpu().numpy()   # float32, the threshold too
+    alive = numpy.ones(order.numel(), dtype=bool)
     kept = []
-    while order.numel():
-        i = int(order[0])
-        if bool(scores[i].float() <= threshold):   # float32, the threshold too, as the tool chain compares
-            break
-        kept.append(i)
-        if len(kept) >= cap:
-            break
-        rest = order[1:]
-        inter = ov.inter(i, rest)
-        union = ov.union(i, rest, inter)
+    for start in range(0, order.numel(), NMS_BLOCK):
+        rows = start + numpy.flatnonzero(alive[start:start + NMS_BLOCK])
+        if not rows.size:
+            continue
+        r, c = order[torch.from_numpy(rows).to(order.device)][:, None], order[None, start:]
+        inter = ov.inter(r, c)
+        union = ov.union(r, c, inter)
         limit = (union * iou) >> int_param(node, "iou_thresh_shift") if node.quantized else union * iou
-        order = rest[inter <= limit]
+        survive = (inter <= limit).cpu().numpy()
+        for row, p in enumerate(rows.tolist()):
+            if not alive[p]:
+                continue
+            if at_most[p]:
+                return kept
+            kept.append(int(order[p]))
+            if len(kept) >= cap:
+                return kept
+            alive[p + 1:] &= survive[row, p + 1 - start:]
     return kept
 
 
 def soft_nms(node, boxes, scores, cap: int, threshold) -> tuple:
     """(indices, scores) of the kept boxes of one class, GAUSSIAN."""
-    ov = Overlaps(boxes, AREAS_SHIFT if node.quantized else None, soft=True)
+    ov = Overlaps(boxes, int_param(node, "areas_shift") if node.quantized else None, soft=True)
     if node.quantized:
         scale_lut = node.get_constant("gaussian_scale_lut").betensor.to(torch.int64)
         shift_lut = node.get_constant("gaussian_shift_lut").betensor.to(torch.int64)
         top = (1 << int_param(node, "soft_nms_sigma_in_shift")) - 1
     else:
-        sigma, scores = -0.5 / B.number(node, "soft_nms_sigma"), scores.float()
-    candidates = (scores > threshold).nonzero().reshape(-1).tolist()
+        sigma = -0.5 / B.number(node, "soft_nms_sigma")
+    candidates = (scores.float() > threshold).nonzero().reshape(-1).tolist()   # float32, as the tool chain
     values = scores[candidates].clone()
     begin = [0] * len(candidates)
     kept, kept_scores = [], []
@@ -173,7 +187,11 @@ def one_sample(node, boxes, counts, total, scores, method: str, threshold, rooms
         out_keep[filled:filled + take] = index.cpu()
         out_counts[c] = take
         start, filled = start + n, filled + take
-    return out_boxes, out_counts, out_scores, out_keep
+    if node.quantized:   # the kept boxes onto the top's grid
+        out_boxes = B.wrap_int32(out_boxes.to(torch.int64) * int_param(node, "scale_value")) \
+            >> int_param(node, "shift_value")
+    device = boxes.device
+    return out_boxes.to(device), out_counts.to(device), out_scores.to(device), out_keep.to(device)
 
 
 @op_register(OpType.NMS, "1.0")
@@ -185,20 +203,10 @@ def nms_forward(self, *args):
         boxes = boxes.to(torch.int64) + int(self.inputs[0].zerop)
         scores = scores.to(torch.int64)
         threshold = float(int_param(self, "score_threshold"))
-    else:  # the tool chain's float NMS computes its boxes in float32
-        boxes, threshold = boxes.float(), B.number(self, "score_threshold", float("-inf"))
-    tops = [torch.stack(parts).to(boxes.device) for parts in
-            zip(*(one_sample(self, boxes[b], counts[b], total[b], scores[b], method, threshold, rooms)
-                  for b in range(boxes.shape[0])))]
-    if self.quantized:
-        tops[0] = B.wrap_int32(tops[0].to(torch.int64) * int_param(self, "scale_value")) \
-            >> int_param(self, "shift_value")
-        for out, y in zip(self.outputs, tops):
-            B.store_ints(y, out)
     else:
-        for out, y, integer in zip(self.outputs, tops, (False, True, False, True)):
-            out.betensor = y.to(torch.int32) if integer else y
-    return [t.betensor for t in self.outputs]
+        threshold = B.number(self, "score_threshold", float("-inf"))
+    return B.set_tops(self, [one_sample(self, boxes[b], counts[b], total[b], scores[b], method, threshold, rooms)
+                             for b in range(boxes.shape[0])], (1, 3))
 
 
 # ---- quantization -------------------------------------------------------------------------
@@ -207,6 +215,13 @@ def gaussian_tables(sigma: float):
     top = (1 << SIGMA_SHIFT) - 1
     decay = torch.exp(-0.5 / sigma * (torch.arange(top + 1, dtype=torch.float32) / top) ** 2)
     return qmath.scale_approximation(decay, 16)
+
+
+def areas_shift(bits: int) -> int:
+    """The tool chain's 13 for 16-bit boxes; narrower boxes keep more of their areas' bits
+    (2 * bits - 19, at least 0: 8-bit boxes' areas whole), as much as keeps union *
+    iou_threshold within int32."""
+    return min(AREAS_SHIFT, max(0, 2 * bits - 19))
 
 
 @quant_register(OpType.NMS, "1.0")
@@ -229,7 +244,7 @@ def nms_quantize(self, *args):
         fields.set_constant(self, "gaussian_shift_lut", shifts, Dtype.UINT8)
         self.params["soft_nms_sigma_in_shift"] = SIGMA_SHIFT
     self.params.update(iou_thresh_shift=IOU_SHIFT, iou_threshold=int(iou * (1 << IOU_SHIFT)),
-                       areas_shift=AREAS_SHIFT, scale_value=int(m), shift_value=int(s),
+                       areas_shift=areas_shift(boxes.dtype.bits), scale_value=int(m), shift_value=int(s),
                        scale_type=fields.multiplier_dtype(16).value, shift_type=fields.shift_dtype(s).value,
                        score_threshold=scores.dtype.qmin - 1 if threshold == -math.inf
                        else B.quantize_number(threshold, scores))

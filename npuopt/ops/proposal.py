@@ -26,7 +26,7 @@ from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ..tensor import PyTensor
 from . import _boxes as B
-from ._detection import count_param, floor_log2, room, set_tops
+from ._detection import count_param, floor_log2, room
 
 DELTA_DIVISORS = (10.0, 10.0, 5.0, 5.0)      # ty, tx, th, tw
 ANCHORS = ("ycenter", "xcenter", "ha", "wa")
@@ -109,7 +109,7 @@ def proposal_forward(self, *args):
         out_scores[b, :keep.numel()], out_boxes[b, :keep.numel()] = score[b, keep], boxes[b, keep]
         counts[b, 0] = keep.numel()
     values = [out_scores, out_boxes, counts, torch.ones(batch, 1, dtype=torch.int64)]
-    return set_tops(self, values, 2)
+    return B.set_tops(self, list(zip(*values)), range(2, len(values)))
 
 
 # ---- quantize ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ..quant import tensors as QT
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from . import _boxes as B
-from ._detection import check_room, count_param, floor_log2, room, set_tops
+from ._detection import check_room, count_param, floor_log2, room
 
 COORDS_AND_CONF = 5
 PICK_LIMIT = 5000           # the tool chain's cap on the boxes kept by score
@@ -164,7 +164,7 @@ def region_forward(self, *args):
         counts[b, :present.numel()], labels[b, :present.numel()] = per_class, present
         totals[b, 0] = present.numel()
     values = [out_scores, out_boxes, counts, labels, totals]
-    return set_tops(self, values, 2)
+    return B.set_tops(self, list(zip(*values)), range(2, len(values)))
 
 
 # ---- quantize ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from ..quant import tensors as QT
 from ..quant.fields import BranchRescales
 from ..registry import OpType, op_register, quant_register
 from . import _boxes as B
-from ._detection import count_param, floor_log2, room, set_tops
+from ._detection import count_param, floor_log2, room
 
 BOX_NORM_BITS = 12
 
@@ -104,7 +104,7 @@ def regionfuse_forward(self, *args):
         s, bx, per_class, present = merged(*[[x[i][b], x[i + 1][b]] for i in range(0, 10, 2)], capacity, classes)
         out[0][b, :s.numel()], out[1][b, :s.numel()] = s, bx
         out[2][b, :present.numel()], out[3][b, :present.numel()], out[4][b, 0] = per_class, present, present.numel()
-    return set_tops(self, out, 2)
+    return B.set_tops(self, list(zip(*out)), range(2, len(out)))
 
 
 @quant_register(OpType.RegionFuse, "1.0")

@@ -1,6 +1,6 @@
 """Detection post-processing after the boxes are decoded: NMS, FilterBoxes, PostNMS1
 (docs/ir-ops.md, "Detection post-processing"). Float forwards as the tool chain computes
-them (NMS in float32); integer ones on the codes, with the tool chain's int32 products
+them; integer ones on the codes, with the tool chain's int32 products
 (two's complement wrap-around) and its score order (scoresort.py).
 
 NMS       per class slot c (boxes[start:start + count[c]]): the scores in the tool chain's
@@ -24,8 +24,6 @@ import numpy as np
 from ..intmath import requantize
 from .scoresort import tool_chain_order
 from .stage import int_param
-
-AREAS_SHIFT_DEFAULT = 13
 
 
 def wrap32(x) -> np.ndarray:
@@ -58,7 +56,7 @@ def _count(layer, xs, n_in: int, n_out: int):
 
 # ---- NMS --------------------------------------------------------------------------------------
 class _Boxes:
-    """One class's boxes: areas and intersections, float32 or integers >> shift."""
+    """One class's boxes: areas and intersections, floats or integers >> shift."""
 
     def __init__(self, b: np.ndarray, shift, wrap: bool):
         self.b, self.shift = b, shift
@@ -77,8 +75,8 @@ class _Boxes:
 
 
 def _hard(layer, b, s, cap, threshold, integer):
-    iou = int_param(layer, "iou_threshold") if integer else np.float32(number(layer, "iou_threshold"))
-    boxes = _Boxes(b, int_param(layer, "areas_shift", AREAS_SHIFT_DEFAULT) if integer else None, True)
+    iou = int_param(layer, "iou_threshold") if integer else number(layer, "iou_threshold")
+    boxes = _Boxes(b, int_param(layer, "areas_shift") if integer else None, True)
     order = tool_chain_order(s, True, integer)
     kept = []
     while order.size:
@@ -97,13 +95,12 @@ def _hard(layer, b, s, cap, threshold, integer):
 
 
 def _soft(layer, b, s, cap, threshold, integer):
-    boxes = _Boxes(b, int_param(layer, "areas_shift", AREAS_SHIFT_DEFAULT) if integer else None, False)
+    boxes = _Boxes(b, int_param(layer, "areas_shift") if integer else None, False)
     if integer:
         scales, shifts = layer.const("gaussian_scale_lut"), layer.const("gaussian_shift_lut")
         top = (1 << int_param(layer, "soft_nms_sigma_in_shift")) - 1
     else:
-        sigma = np.float32(-0.5 / number(layer, "soft_nms_sigma"))
-        s = s.astype(np.float32)
+        sigma = -0.5 / number(layer, "soft_nms_sigma")
     candidates = list(np.nonzero(s.astype(np.float32) > threshold)[0])
     values = [s[c] for c in candidates]
     begin = [0] * len(candidates)
@@ -118,9 +115,8 @@ def _soft(layer, b, s, cap, threshold, integer):
                 i = (0 if union == 0 else inter) * top // (1 if union == 0 else union)
                 value = int(wrap32(value * scales[i]) >> shifts[i])
             else:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    iou = np.float32(0) if union == 0 else np.float32(inter / union)
-                value = np.float32(value * np.exp(np.float32(sigma * iou * iou)))
+                iou = 0.0 if union == 0 else inter / union
+                value = value * np.exp(sigma * iou * iou)
             if np.float32(value) <= threshold:
                 break
         begin[a] = len(kept)
@@ -148,8 +144,8 @@ def _nms(layer, xs, integer: bool, infos=None):
     if integer:
         boxes, threshold = boxes + np.int64(infos[0].quant(layer)[1]), np.float32(int_param(layer, "score_threshold"))
     else:
-        boxes, threshold = boxes.astype(np.float32), np.float32(number(layer, "score_threshold", -math.inf))
-    kind = np.int64 if integer else np.float32
+        threshold = np.float32(number(layer, "score_threshold", -math.inf))
+    kind = np.int64 if integer else boxes.dtype
     out = [np.zeros((n, room_boxes, 4), kind), np.zeros((n, room_classes), np.int64),
            np.zeros((n, room_boxes), kind if integer else scores.dtype), np.zeros((n, room_boxes), np.int64)]
     for s in range(n):

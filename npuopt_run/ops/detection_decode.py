@@ -214,11 +214,11 @@ def _ints(layer, key, n):
 
 # ---- BoundingBox --------------------------------------------------------------------------------
 def boundingbox_float(layer, xs, infos):
-    b, d = (x.astype(np.float32) for x in xs)
+    b, d = xs
     std = _floats(layer, "std_div", 4, [10.0, 10.0, 5.0, 5.0])
     cya, cxa = (b[..., 0] + b[..., 2]) / 2, (b[..., 1] + b[..., 3]) / 2
     ha, wa = b[..., 2] - b[..., 0], b[..., 3] - b[..., 1]
-    dy, dx, dh, dw = (d[..., i] / np.float32(std[i]) for i in range(4))
+    dy, dx, dh, dw = (d[..., i] / std[i] for i in range(4))
     cy, cx, h, w = dy * ha + cya, dx * wa + cxa, np.exp(dh) * ha, np.exp(dw) * wa
     return [np.clip(np.stack([cy - h / 2., cx - w / 2., cy + h / 2., cx + w / 2.], -1), 0, 1.0)]
 

@@ -83,6 +83,12 @@ def _ssd_gaussian(b, rng, x):
                                                           max_output_size=10))
 
 
+def _ssd_float_decode(b, rng, x):
+    """score_threshold 0.001, 0 on an 8-bit score grid (the tool chain's integer DecodeBox
+    refuses it): DecodeBox stays float, NMS reads its boxes through a Quantize (8 bits)."""
+    return _ssd(b, x, _decode(score_threshold=0.001), _nms(max_output_size=4, iou_threshold=0.4))
+
+
 def _ssd_linear(b, rng, x):
     """LINEAR (which the tool chain runs as HARD) on all classes (class_num 5: no background)."""
     return _ssd(b, x, _decode(class_num=5, score_threshold=0.1), _nms(method="LINEAR", iou_threshold=0.6))
@@ -168,6 +174,8 @@ CASES = [
          "threshold and center_point_box", SSD_SHAPES, _ssd_pixels, data=_ssd_data),
     Case("ssd_gaussian", "DecodeBox -> soft NMS (GAUSSIAN, sigma 0.5, score threshold 0.25)", SSD_SHAPES,
          _ssd_gaussian, data=_ssd_data),
+    Case("ssd_float_decode", "DecodeBox with a score threshold of 0 on the 8-bit score grid (kept float) -> NMS "
+         "on 8-bit boxes", SSD_SHAPES, _ssd_float_decode, data=_ssd_data),
     Case("ssd_linear", "DecodeBox without background -> NMS LINEAR (run as HARD)", SSD_SHAPES, _ssd_linear,
          dict(activation_bits="16"), data=_ssd_data),
     Case("two_stage_caffe", "DetectionOutput (caffe_detection) -> FilterBoxes -> NMS -> PostNMS1",
