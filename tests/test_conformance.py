@@ -317,7 +317,7 @@ def applies(setting: str, ir: Path) -> bool:
 # one, so those op tests are checked against npuopt-run and their own NumPy references only
 OPT_LACKS = {"RefineDetDetection": "OPT limitation: OPT 4.2 has no RefineDetDetection op (the parser writes it "
                                    "from Caffe RefineDet); npuopt's definition is checked against npuopt-run "
-                                   "(op_tests/refinedet) and a NumPy reference (tests/test_ops_detection.py)"}
+                                   "(op_tests/refinedet) and a NumPy reference (tests/test_ops_yolo_rcnn.py)"}
 
 
 def opt_lacks(case: str) -> List[str]:
