@@ -46,7 +46,7 @@ def checked(node):
     if scores.dim() != 4 or deltas.dim() != 4 or deltas.shape[:3] != scores.shape[:3] or \
             deltas.shape[3] != 4 * scores.shape[3]:
         raise B.fail(node, f"needs scores [B, H, W, A] and deltas [B, H, W, 4A], got {list(scores.shape)} and "
-                                f"{list(deltas.shape)}")
+                           f"{list(deltas.shape)}")
     pre, post = count_param(node, "pre_nms_topn"), count_param(node, "post_nms_topn")
     for i, axis in ((0, 1), (1, 1), (2, 1)):
         check_room(node, i, axis, post, "post_nms_topn")
@@ -68,7 +68,7 @@ def tiled_anchors(node, shape) -> torch.Tensor:
         return base
     if base.shape[0] * height * width != boxes:
         raise B.fail(node, f"weights holds {base.shape[0]} anchors; the scores have {boxes // (height * width)} "
-                                f"per cell")
+                           f"per cell")
     cell = torch.arange(height * width)
     x, y = (cell % height).float() * FEATURE_STRIDE, torch.div(cell, height, rounding_mode="floor").float() * \
         FEATURE_STRIDE

@@ -33,7 +33,7 @@ def pooled(node):
     for axis, size in ((1, shape[0]), (2, shape[1])):
         if room(node, 0, axis, size) != size:
             raise B.fail(node, f"pooled_shape {shape} does not fit the top's shape "
-                                    f"{list(node.outputs[0].ir_shape)}")
+                               f"{list(node.outputs[0].ir_shape)}")
     return shape
 
 
@@ -50,7 +50,7 @@ def checked_inputs(node):
     features, rois = node.inputs[0].betensor, node.inputs[1].betensor
     if features.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 5:
         raise B.fail(node, f"needs features [N, H, W, C] and ROIs [R, 5], got {list(features.shape)} and "
-                                f"{list(rois.shape)}")
+                           f"{list(rois.shape)}")
     return features, rois
 
 

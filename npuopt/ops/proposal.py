@@ -41,11 +41,11 @@ def checked(node):
     if scores.dim() != 3 or deltas.dim() != 3 or scores.shape[2] != 2 or deltas.shape[2] != 4 or \
             scores.shape[:2] != deltas.shape[:2]:
         raise B.fail(node, f"needs scores [B, N, 2] and deltas [B, N, 4], got {list(scores.shape)} and "
-                                f"{list(deltas.shape)}")
+                           f"{list(deltas.shape)}")
     for key in ANCHORS:
         if node.get_constant(key).betensor.numel() != scores.shape[1]:
             raise B.fail(node, f"constant {key} has {node.get_constant(key).betensor.numel()} anchors for "
-                                    f"{scores.shape[1]} boxes")
+                               f"{scores.shape[1]} boxes")
     for key in ("height", "width"):
         B.number(node, key)
     return scores, deltas, count_param(node, "max_box_num", room(node, 0, 1, scores.shape[1]))

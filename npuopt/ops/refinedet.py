@@ -43,7 +43,7 @@ def checked(node):
         priors.dim() == 3 and priors.shape[0] in (1, b) and tuple(priors.shape[1:]) == (n, 4)
     if not shapes_ok:
         raise B.fail(node, f"needs objectness [B, N, 2], class scores [B, N, C], offsets [B, N, 4] twice and "
-                                f"priors [1, N, 4], got {[list(t.betensor.shape) for t in node.inputs]}")
+                           f"priors [1, N, 4], got {[list(t.betensor.shape) for t in node.inputs]}")
     post = count_param(node, "post_nms_topk")
     if room(node, 0, 1, post) != post:
         raise B.fail(node, f"post_nms_topk {post} does not fit the top {list(node.outputs[0].ir_shape)}")

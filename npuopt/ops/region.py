@@ -41,7 +41,7 @@ def geometry(node, shape):
     B.count_io(node, 1, 5)
     if len(shape) != 5 or shape[-1] <= COORDS_AND_CONF:
         raise B.fail(node, f"needs a 5-D input [batch, grid_height, grid_width, box_per_grid, 5 + classes], "
-                                f"got {list(shape)}")
+                           f"got {list(shape)}")
     gh, gw, anchors, classes = int(shape[1]), int(shape[2]), int(shape[3]), int(shape[4]) - COORDS_AND_CONF
     for key, size in (("grid_height", gh), ("grid_width", gw), ("box_per_grid", anchors), ("class_num", classes)):
         if key in node.params and count_param(node, key) != size:
@@ -95,13 +95,13 @@ def _lookup(node, name: str, index: torch.Tensor, index_bits: int) -> torch.Tens
     return qmath.lut_lookup(index, table, index_bits, dtype.bits, dtype.is_signed)
 
 
-def int_scores(node, q: torch.Tensor, bits: int, signed: bool) -> torch.Tensor:
+def int_scores(node, q: torch.Tensor, bits: int) -> torch.Tensor:
     """Scores in [0, 2^bits - 1]: y = exp table at q - max(q) over the classes, confidence
     sigmoid table, P = (y * sigmoid) >> conf_sigmoid_shift, 0 where P <= (sum(y) * obj_thresh)
     >> 8, then trunc(P * (2^bits - 1) / sum(y))."""
     raw = q[..., COORDS_AND_CONF:]
     exps = _lookup(node, "score_softmax_lut", raw - raw.amax(dim=-1, keepdim=True) + (1 << bits) - 1, bits)
-    sigmoid = _lookup(node, "conf_sigmoid_lut", q[..., 4:5] - qmath.integer_range(bits, signed)[0], bits)
+    sigmoid = _lookup(node, "conf_sigmoid_lut", q[..., 4:5] + (1 << (bits - 1)), bits)   # a signed input
     products = (exps * sigmoid) >> int(node.get_param("conf_sigmoid_shift"))
     total = exps.sum(dim=-1, keepdim=True)
     products = torch.where(products <= (total * int(node.get_param("obj_thresh"))) >> THRESH_SHIFT, 0, products)
@@ -144,7 +144,7 @@ def region_forward(self, *args):
             raise B.fail(self, "the quantized form reads its input as signed; the IR's input is unsigned")
         q = x.to(torch.int64)
         bits = x_t.qbits
-        scores, value_type = int_scores(self, q, bits, True), torch.int64
+        scores, value_type = int_scores(self, q, bits), torch.int64
         threshold = int(self.get_param("obj_thresh"))
     else:
         x = computing_float(x)

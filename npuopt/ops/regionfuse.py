@@ -37,7 +37,7 @@ def capacities(node, inputs) -> tuple:
     if not boxes_ok or any(len(s) != 2 or s[0] != batch for s in shapes[4:]) or \
             shapes[4] != shapes[6] or shapes[5] != shapes[7] or shapes[8][1] != 1 or shapes[9][1] != 1:
         raise B.fail(node, f"inputs {[list(s) for s in shapes]} are not two Regions' tops (scores, scores, "
-                                f"boxes, boxes, counts, counts, labels, labels, totals, totals)")
+                           f"boxes, boxes, counts, counts, labels, labels, totals, totals)")
     classes = count_param(node, "class_num")
     if classes < max(shapes[4][1], shapes[5][1]):
         raise B.fail(node, f"class_num {classes} is smaller than the inputs' {shapes[4][1]} and {shapes[5][1]}")
