@@ -60,11 +60,10 @@ class Column:
         self.scalar: Optional[np.ndarray] = None
 
     def append(self, value: np.ndarray) -> None:
-        value = np.asarray(value, self.dtype)
-        if not value.ndim:   # (np.ascontiguousarray would make it 1-D)
-            self.scalar = value
+        if not np.ndim(value):  # (before ascontiguousarray, which makes a 0-d array 1-d)
+            self.scalar = np.asarray(value, self.dtype)
             return
-        value = np.ascontiguousarray(value)
+        value = np.ascontiguousarray(value, self.dtype)
         if self.tail is None:
             self.tail = value.shape[1:]
         elif value.shape[1:] != self.tail:

@@ -106,8 +106,8 @@ def batch_dims_of(node, data: torch.Tensor, indices: torch.Tensor, limit: int) -
 
 
 def index_output_quantization(node, t, bits: int, signed: bool = False) -> None:
-    """An output of indices or counts: integers as they are (scale 1, zp 0, qinvariant),
-    unsigned unless `signed`."""
+    """An output of indices: integers as they are (scale 1, zp 0, qinvariant), unsigned
+    unless `signed`."""
     from ..dtype import Dtype
     t.scale, t.zerop, t.qbits = 1.0, 0, bits
     t.dtype = Dtype.integer(bits, signed)
