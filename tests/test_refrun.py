@@ -685,8 +685,8 @@ def test_op_tests_are_what_the_generator_writes(tmp_path):
     those whose IR the tool chain's parser wrote: tools/parser_op_tests.py, beside a parser.cfg)."""
     import gen_op_tests
 
-    generated = [c for c in OP_CASES if not os.path.isfile(os.path.join(OP_TESTS, c, "parser.cfg"))]
     gen_op_tests.main([str(tmp_path)])
+    generated = [c for c in OP_CASES if not os.path.isfile(os.path.join(OP_TESTS, c, "parser.cfg"))]
     assert sorted(os.listdir(tmp_path)) == generated
     for case in generated:
         for name in os.listdir(tmp_path / case):

@@ -118,8 +118,8 @@ def set_values_and_indices(node, values: torch.Tensor, *indices: torch.Tensor) -
 
 
 def index_output_quantization(node, t, bits: int, signed: bool = False) -> None:
-    """An output of indices or counts: integers as they are (scale 1, zp 0, qinvariant),
-    unsigned unless `signed`."""
+    """An output of indices: integers as they are (scale 1, zp 0, qinvariant), unsigned
+    unless `signed`."""
     from ..dtype import Dtype
     t.scale, t.zerop, t.qbits = 1.0, 0, bits
     t.dtype = Dtype.integer(bits, signed)

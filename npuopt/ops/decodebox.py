@@ -20,7 +20,7 @@ Quantized (the tool chain's integer form): anchors int16 on a grid of 2^n steps 
 2^box_shift), int16 tables indexed by the encodings' codes; h = lut_h * ha >> box_shift,
 cy = (lut_y * ha >> box_shift) + ycenter, h clamped to [0, image_height], box =
 [cy - (h >> 1), ...] clamped to [0, image_height/width] (the image at the anchors' grid);
-scores q + zp compared with `score_threshold_uint8` (the threshold on the same grid).
+scores q + zp compared with `score_threshold_uint8` (the threshold's code + zp: the same grid).
 Boxes top on the anchors' grid (int16), counts and classes 16-bit, scores q + zp at the
 input's scale (zero point 0)."""
 import math

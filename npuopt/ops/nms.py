@@ -42,6 +42,7 @@ AREAS_SHIFT = 13   # the tool chain's, for 16-bit boxes; narrower boxes take les
 IOU_SHIFT = 8
 SIGMA_SHIFT = 8
 NMS_BLOCK = 256   # candidates whose overlaps are computed at once
+INT32_SPAN = 1 << 32
 
 
 def checked_inputs(node):
@@ -120,42 +121,54 @@ def hard_nms(node, boxes, scores, cap: int, threshold) -> list:
 
 
 def soft_nms(node, boxes, scores, cap: int, threshold) -> tuple:
-    """(indices, scores) of the kept boxes of one class, GAUSSIAN."""
+    """(indices, scores) of the kept boxes of one class, GAUSSIAN: the tool chain's loop. A
+    box's decays against every box of its class are computed once, when it is kept (each
+    elementwise, as the tool chain computes it, and the same either way round); a candidate
+    then applies those of the boxes kept since it was last looked at, one after the other."""
     ov = Overlaps(boxes, int_param(node, "areas_shift") if node.quantized else None, soft=True)
+    every = torch.arange(boxes.shape[0], device=boxes.device)
     if node.quantized:
         scale_lut = node.get_constant("gaussian_scale_lut").betensor.to(torch.int64)
         shift_lut = node.get_constant("gaussian_shift_lut").betensor.to(torch.int64)
         top = (1 << int_param(node, "soft_nms_sigma_in_shift")) - 1
     else:
         sigma = -0.5 / B.number(node, "soft_nms_sigma")
-    candidates = (scores.float() > threshold).nonzero().reshape(-1).tolist()   # float32, as the tool chain
-    values = scores[candidates].clone()
+
+    def decays(k):   # box k against every box: (multipliers, shifts), or float factors
+        inter = ov.inter(k, every)
+        union = ov.union(k, every, inter)
+        if node.quantized:
+            iou = torch.where(union == 0, 0, inter) * top // torch.where(union == 0, 1, union)
+            return scale_lut[iou].cpu().numpy(), shift_lut[iou].cpu().numpy()
+        iou = torch.where(union == 0, torch.zeros_like(inter), inter / union)
+        return torch.exp(sigma * iou * iou).cpu().numpy()
+    limit = numpy.float32(threshold)   # scores are compared in float32, as the tool chain does
+    candidates = (scores.float() > threshold).nonzero().reshape(-1).tolist()
+    picked = scores[candidates].cpu()
+    values = picked.tolist() if node.quantized else list(picked.numpy())   # Python ints, or float scalars
     begin = [0] * len(candidates)
-    kept, kept_scores = [], []
+    kept, kept_scores, rows = [], [], []
     while len(kept) < cap and candidates:
-        a = int(torch.argmax(values))
-        box, value = candidates[a], values[a].clone()
-        for bid in kept[begin[a]:]:
-            inter = ov.inter(box, bid)
-            union = ov.union(box, bid, inter)
-            if node.quantized:
-                iou = torch.where(union == 0, 0, inter) * top // torch.where(union == 0, 1, union)
-                value = B.wrap_int32(value * scale_lut[iou]) >> shift_lut[iou]
+        a = int(numpy.argmax(values))
+        box, value = candidates[a], values[a]
+        for row in rows[begin[a]:]:
+            if node.quantized:   # the product wrapped to int32, as the tool chain's int32 tensors
+                value = ((value * int(row[0][box]) + INT32_SPAN // 2) % INT32_SPAN - INT32_SPAN // 2) \
+                    >> int(row[1][box])
             else:
-                iou = torch.where(union == 0, torch.zeros_like(inter), inter / union)
-                value = value * torch.exp(sigma * iou * iou)
-            if bool(value.float() <= threshold):
+                value = value * row[box]
+            if numpy.float32(value) <= limit:
                 break
         begin[a] = len(kept)
-        if bool(value == values[a]):
+        if value == values[a]:
             kept.append(box)
             kept_scores.append(value)
-        if bool(value == values[a]) or bool(value.float() <= threshold):
-            del candidates[a], begin[a]
-            values = torch.cat([values[:a], values[a + 1:]])
+            rows.append(decays(box))
+        if value == values[a] or numpy.float32(value) <= limit:
+            del candidates[a], begin[a], values[a]
         else:
             values[a] = value
-    return kept, kept_scores
+    return kept, torch.tensor(numpy.array(kept_scores, dtype=picked.numpy().dtype))
 
 
 def one_sample(node, boxes, counts, total, scores, method: str, threshold, rooms):
@@ -182,8 +195,7 @@ def one_sample(node, boxes, counts, total, scores, method: str, threshold, rooms
         take = min(len(kept), room_boxes - filled)
         index = torch.tensor(kept[:take], dtype=torch.int64, device=boxes.device)
         out_boxes[filled:filled + take] = cls_boxes[index].to(out_boxes.dtype).cpu()
-        if take:
-            out_scores[filled:filled + take] = torch.stack(list(kept_scores[:take])).to(out_scores.dtype).cpu()
+        out_scores[filled:filled + take] = kept_scores[:take].to(out_scores.dtype).cpu()
         out_keep[filled:filled + take] = index.cpu()
         out_counts[c] = take
         start, filled = start + n, filled + take

@@ -108,15 +108,19 @@ def _soft(layer, b, s, cap, threshold, integer):
     while len(kept) < cap and candidates:
         a = int(np.argmax(values))
         box, value = candidates[a], values[a]
-        for other in kept[begin[a]:]:
-            inter = boxes.inter(box, np.array([other]))[0]
-            union = boxes.area[box] + boxes.area[other] - inter
-            if integer:
-                i = (0 if union == 0 else inter) * top // (1 if union == 0 else union)
-                value = int(wrap32(value * scales[i]) >> shifts[i])
-            else:
-                iou = 0.0 if union == 0 else inter / union
-                value = value * np.exp(sigma * iou * iou)
+        others = np.array(kept[begin[a]:], dtype=np.int64)
+        inter = boxes.inter(box, others)      # against every box kept since, then one decay at a time
+        union = boxes.area[box] + boxes.area[others] - inter
+        empty = union == 0
+        if integer:
+            i = np.where(empty, 0, inter) * top // np.where(empty, 1, union)
+            factors = zip(scales[i].tolist(), shifts[i].tolist())
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                iou = np.where(empty, 0.0, inter / np.where(empty, 1, union)).astype(inter.dtype)
+            factors = np.exp(sigma * iou * iou)
+        for f in factors:
+            value = int(wrap32(value * f[0]) >> f[1]) if integer else value * f
             if np.float32(value) <= threshold:
                 break
         begin[a] = len(kept)

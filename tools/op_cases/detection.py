@@ -167,7 +167,6 @@ TWO_STAGE_DEFAULT = [(ROIS, CLASSES), (ROIS, CLASSES, 4), (ROIS, 4)]
 CASES = [
     Case("ssd_nms", "Softmax -> DecodeBox -> NMS (HARD, 6 boxes per class) on 40 SSD anchors, 4 classes and a "
          "background", SSD_SHAPES, _ssd_hard, data=_ssd_data),
-    Case("ssd_nms_asym", "the same with asymmetric activations", SSD_SHAPES, _ssd_hard, ASYM, data=_ssd_data),
     Case("ssd_small_top", "DecodeBox whose top holds fewer boxes than pass its threshold; NMS of 3 per class",
          SSD_SHAPES, _ssd_small_top, data=_ssd_data),
     Case("ssd_pixels", "DecodeBox in pixels (300 x 200, no clip, variance [8, 8, 4, 4]); NMS with a score "

@@ -3,7 +3,9 @@ the class scores [1, N, C] and the box encodings [1, N, 4], which the parser tur
 DecodeBox (its anchors generated from `feature_map`) + NMS. `ssd` with a softmax head
 (and a background column, score and IoU thresholds, variance, a small NMS top), `ssd` with
 x-first boxes (`box_format = XY`: the parser swaps the encodings and the anchors), and
-`ssd_resnet` (its own anchors, x-first encodings) with a sigmoid head."""
+`ssd_resnet` (its own anchors, x-first encodings) with a sigmoid head; and
+`caffe_fasterrcnn` of a MaxRoiPool head (DetectionOutput + NMS). parser_faster_rcnn's folder
+is written where npuopt has MaxRoiPool (branch h-det-yolo): its IR holds one."""
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -44,6 +46,41 @@ def _head_data(rng, shapes, n, value_range, run):
     return [logits.astype(np.float32), codes.astype(np.float32)]
 
 
+def _faster_rcnn(rng, onnx_path):
+    """A Caffe-style Faster R-CNN second stage: MaxRoiPool of 16 fixed ROIs (batch index, x1,
+    y1, x2, y2 within the 96 x 128 image) on a feature map at 1/8, fully connected class
+    scores (softmax, class 0 the background) and per-class box encodings, which the parser
+    turns into DetectionOutput (caffe_detection) + NMS."""
+    c, k = FRCNN_SHAPES[0][0], FRCNN_CLASSES
+    weights = [rng.normal(0.0, s, (n, c * 4)) for n, s in ((k, 4.0), (4 * k, 0.5))]
+    weights[0] -= weights[0].mean(axis=1, keepdims=True)   # pooled maxima are mostly positive: rows of mean 0
+    w = [numpy_helper.from_array(v.astype(np.float32), name) for v, name in zip(weights, ("w_cls", "w_box"))]
+    zeros = [numpy_helper.from_array(np.zeros(n, np.float32), name) for name, n in (("b_cls", k), ("b_box", 4 * k))]
+    x0, y0 = rng.uniform(0, 90, FRCNN_ROIS), rng.uniform(0, 60, FRCNN_ROIS)
+    corners = np.stack([x0, y0, x0 + rng.uniform(16, 38, FRCNN_ROIS), y0 + rng.uniform(16, 36, FRCNN_ROIS)], -1)
+    rois = np.concatenate([np.zeros((FRCNN_ROIS, 1)), np.round(corners)], -1).astype(np.float32)
+    nodes = [helper.make_node("MaxRoiPool", ["in0", "rois"], ["pool"], pooled_shape=[2, 2], spatial_scale=0.125),
+             helper.make_node("Flatten", ["pool"], ["flat"], axis=1),
+             helper.make_node("Gemm", ["flat", "w_cls", "b_cls"], ["logits"], transB=1),
+             helper.make_node("Softmax", ["logits"], ["cls_prob"], axis=1),
+             helper.make_node("Gemm", ["flat", "w_box", "b_box"], ["bbox_pred"], transB=1)]
+    inputs = [helper.make_tensor_value_info("in0", TensorProto.FLOAT, [1, *FRCNN_SHAPES[0]])]
+    outputs = [helper.make_tensor_value_info("cls_prob", TensorProto.FLOAT, [FRCNN_ROIS, k]),
+               helper.make_tensor_value_info("bbox_pred", TensorProto.FLOAT, [FRCNN_ROIS, 4 * k])]
+    constants = w + zeros + [numpy_helper.from_array(rois, "rois")]
+    graph = helper.make_graph(nodes, "faster_rcnn", inputs, outputs, constants)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), onnx_path)
+
+
+def _one_run_sample(rng, shapes, n, value_range, run):
+    """Uniform data; one sample to run (the ROIs, a constant, address batch index 0: the IR
+    cannot carry a batch)."""
+    x = [rng.uniform(*value_range, (n,) + shape).astype(np.float32) for shape in shapes]
+    return [v[:1] for v in x] if run else x
+
+
+FRCNN_ROIS, FRCNN_CLASSES = 16, 4
+FRCNN_SHAPES = [(4, 12, 16)]
 SHAPES = {"softmax": [(SSD_ANCHORS, 5), (SSD_ANCHORS, 4)], "sigmoid": [(RESNET_ANCHORS, 3), (RESNET_ANCHORS, 4)]}
 SSD = dict(detection_postprocess="ssd", feature_map="[[3,3],[2,2],[1,1]]")
 CASES = [
@@ -57,6 +94,10 @@ CASES = [
          "asymmetric activations", SHAPES["softmax"], _head("softmax"), data=_head_data,
          cfg=dict(quantize_method_for_activation="per_tensor_asymmetric"),
          parser=dict(SSD, box_format="XY", score_threshold="0.35")),
+    Case("parser_faster_rcnn", "the parser's caffe_fasterrcnn post-processing (DetectionOutput + NMS) of a "
+         "MaxRoiPool head on 16 ROIs, 3 classes and a background", FRCNN_SHAPES, _faster_rcnn, data=_one_run_sample,
+         parser=dict(detection_postprocess="caffe_fasterrcnn", image_width="128", image_height="96",
+                     score_threshold="0.4", nms_threshold="0.4")),
     Case("parser_ssd_resnet", "ssd_resnet post-processing (its anchors for a 300 x 300 image) of a sigmoid head",
          SHAPES["sigmoid"], _head("sigmoid"), data=_head_data,
          parser=dict(detection_postprocess="ssd_resnet", feature_map="[[3,3],[2,2]]", image_width="300",
