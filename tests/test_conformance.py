@@ -116,6 +116,7 @@ CALIBRATION_IMAGES = 8
 VALIDATION_IMAGES = 2
 
 _BACKGROUND = ThreadPoolExecutor(max_workers=2)
+OPT_BATCH = 150  # IRs per OPT subprocess (one import of OPT serves them all)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -372,9 +373,11 @@ def op_runs(request, oracle, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
         write_case(case, str(root / "cases"))
         folders[case.name] = root / "cases" / case.name
     wanted = [(c, s) for c, s in selected(request, "test_op_case", "case", "setting") if not opt_lacks(c)]
-    half = (len(wanted) + 1) // 2
     runs = {}
-    for part in (wanted[:half], wanted[half:]):  # OPT starts on the first half while the second is quantized
+    # OPT starts on each part while the next is quantized; parts of at most OPT_BATCH runs, so
+    # that no OPT subprocess comes near its time limit
+    parts = [wanted[i:i + OPT_BATCH] for i in range(0, len(wanted), OPT_BATCH)]
+    for part in parts:
         for case, setting in part:
             folder = folders[case]
             inputs = sorted(folder.glob("in*.npy"), key=lambda p: int(p.stem[2:]))
