@@ -17,11 +17,15 @@ def integers(*ranges):
 
 def _bitshift(b, rng, x):
     """int8 values shifted left and right by int8 amounts [N,4,1] in [-1, 9] (past 8 bits and
-    negative), uint8 values by a constant int32 row and by the amounts."""
+    negative), uint8 values by a constant int32 row and by the amounts, int32 values (within
+    2^24: the tool chain takes graph inputs through float32) and uint16 values by int32
+    amounts in [-1, 40]."""
     amounts = b.layer("Constant", "amounts", [], {}, {"weights": torch.tensor([0, 1, 2, 3, 7, 8], dtype=torch.int32)})
     return [b.layer("BitShift", name, [v, s], dict(direction=d))[0]
             for name, v, s, d in [("left", x[0], x[1], "LEFT"), ("right", x[0], x[1], "RIGHT"),
-                                  ("left_u8", x[2], amounts[0], "LEFT"), ("right_u8", x[2], x[1], "RIGHT")]]
+                                  ("left_u8", x[2], amounts[0], "LEFT"), ("right_u8", x[2], x[1], "RIGHT"),
+                                  ("left_i32", x[3], x[5], "LEFT"), ("right_i32", x[3], x[5], "RIGHT"),
+                                  ("left_u16", x[4], x[5], "LEFT"), ("right_u16", x[4], x[5], "RIGHT")]]
 
 
 def _bitwise(b, rng, x):
@@ -93,9 +97,10 @@ def _ctc_data(rng, shapes, n, value_range, run):
 
 INT8 = (-128, 127)
 CASES = [
-    Case("bitshift", "BitShift LEFT/RIGHT of int8 and uint8 values by amounts past the width and negative",
-         [(4, 6), (4, 1), (4, 6)], _bitshift, data=integers(INT8, (-1, 9), (0, 255)),
-         dtypes=("int8", "int8", "uint8")),
+    Case("bitshift", "BitShift LEFT/RIGHT of int8, uint8, int32, uint16 values by amounts past the width and negative",
+         [(4, 6), (4, 1), (4, 6), (4, 6), (4, 6), (4, 1)], _bitshift,
+         data=integers(INT8, (-1, 9), (0, 255), (-2 ** 24, 2 ** 24), (0, 65535), (-1, 40)),
+         dtypes=("int8", "int8", "uint8", "int32", "uint16", "int32")),
     Case("bitwise", "Bitwise AND/OR/XOR/NOT of int8 and uint8 values, broadcast and mixed types",
          [(4, 6), (4, 1), (4, 6), (4, 6)], _bitwise, data=integers(INT8, INT8, INT8, (0, 255)),
          dtypes=("int8", "int8", "int8", "uint8")),
