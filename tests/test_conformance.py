@@ -196,11 +196,17 @@ def _difference(ours: np.ndarray, theirs: np.ndarray, exact: bool = False, dtype
     """|ours - theirs| and the largest difference allowed: 1 LSB for integers (0 when
     `exact`, `lsb` where given), float32 rounding for float tensors, and one step of the type at each value
     for a float16/bfloat16/fp8 output (`dtype`: sums in another order, or the tool chain's
-    own fp8 rounding of subnormals, can give the next value of the type)."""
-    diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+    own fp8 rounding of subnormals, can give the next value of the type). Equal infinities
+    and NaN against NaN are identical; NaN or an infinity against anything else differs
+    by infinity, and the tolerance scales with the finite values only."""
+    mine, other = ours.astype(np.float64), theirs.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(mine - other)
+    same = (mine == other) | (np.isnan(mine) & np.isnan(other))
+    diff = np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
     if theirs.dtype.kind in "iub":
         return diff, float(lsb) if lsb is not None else 0.0 if exact else 1.0
-    allowed = FLOAT_TOLERANCE * max(1.0, float(np.abs(theirs).max(initial=0.0)))
+    allowed = FLOAT_TOLERANCE * max(1.0, float(np.abs(other[np.isfinite(other)]).max(initial=0.0)))
     name = getattr(dtype, "value", None)
     if name in FLOAT_MANTISSA_BITS:
         magnitude = np.maximum(np.abs(theirs.astype(np.float64)), np.abs(ours.astype(np.float64)))

@@ -20,7 +20,8 @@ def bitwise_forward(self, *args):
     y = torch.bitwise_not(xs[0]) if method == "NOT" else BINARY[method](*xs)
     out = self.outputs[0]
     natural = promoted(*(t.dtype for t in self.inputs))
-    return fit_top(out, wrap(y, out.dtype if out.dtype.is_integer else natural), natural)
+    y = wrap(y, natural)  # NOT of an unsigned type stays unsigned
+    return fit_top(out, wrap(y, out.dtype) if out.dtype.is_integer else y, natural)
 
 
 @quant_register(OpType.Bitwise, "1.0")
