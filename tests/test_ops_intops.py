@@ -10,13 +10,11 @@ import torch
 
 import npuopt.ops  # noqa: F401
 from npuopt.dtype import Dtype
-from npuopt.errors import IRError
 from npuopt.ir import read_graph
 from npuopt.ir.builder import GraphBuilder
 
-from conftest import REPO, edit_ir
-from test_ops_poolmorph import broken_op_test, quantized_op_test
-from test_refrun import run_cli
+from conftest import REPO
+from test_ops_poolmorph import npuopt_rejects, npuopt_run_rejects, one_line_ir_error
 
 OP_TESTS = REPO / "op_tests"
 rng = np.random.default_rng(45)
@@ -250,51 +248,30 @@ ERRORS = [
 @pytest.mark.parametrize("optype, inputs, params, extra, message", ERRORS,
                          ids=[f"{e[0]}-{i}" for i, e in enumerate(ERRORS)])
 def test_bad_params_are_one_line_errors(optype, inputs, params, extra, message):
-    with pytest.raises(IRError) as e:
-        run(optype, inputs, params, **extra)
-    assert str(e.value).startswith(f"layer 'op' ({optype}): ") and message in str(e.value), str(e.value)
-    assert "\n" not in str(e.value)
+    one_line_ir_error(optype, message, lambda: run(optype, inputs, params, **extra))
 
 
-# op test, layer, param, bad value, the error's words: through `npuopt --cfg`
-CLI_ERRORS = [
-    ("bitshift", "left", "direction", "UP", "layer 'left' (BitShift): unsupported direction 'UP'"),
-    ("bitwise", "and", "method", "NAND", "layer 'and' (Bitwise): unsupported method 'NAND'"),
-    ("mod", "fmod", "fmod", "2", "layer 'fmod' (Mod): fmod must be true or false, got 2"),
-    ("divmod", "wide_floor", "mode", "ROUND", "layer 'wide_floor' (DivMod): unsupported mode 'ROUND'"),
-    ("isinf_isnan", "isinf_11", "detect_negative", "maybe", "layer 'isinf_11' (IsInf): detect_negative must be"),
-    ("ctc_greedy", "merged", "layer_top_shape", "[[1,6,1,1]]", "layer 'merged' (CTCGreedyDecoder): the top must be"),
-]
+# through `npuopt --cfg`: op test -> (layer, param, bad value, the error's words)
+CLI_ERRORS = {
+    "bitshift": ("left", "direction", "UP", "layer 'left' (BitShift): unsupported direction 'UP'"),
+    "bitwise": ("and", "method", "NAND", "layer 'and' (Bitwise): unsupported method 'NAND'"),
+    "mod": ("fmod", "fmod", "2", "layer 'fmod' (Mod): fmod must be true or false, got 2"),
+    "divmod": ("wide_floor", "mode", "ROUND", "layer 'wide_floor' (DivMod): unsupported mode 'ROUND'"),
+    "isinf_isnan": ("isinf_11", "detect_negative", "maybe", "layer 'isinf_11' (IsInf): detect_negative must be"),
+    "ctc_greedy": ("merged", "layer_top_shape", "[[1,6,1,1]]", "layer 'merged' (CTCGreedyDecoder): the top must be"),
+}
 
 
-@pytest.mark.parametrize("case, layer, key, value, words", CLI_ERRORS,
-                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CLI_ERRORS])
-def test_bad_params_through_npuopt(case, layer, key, value, words, tmp_path):
-    """`npuopt --cfg` (in process): exit 1, one error line, no traceback, nothing written."""
-    from conftest import run_in_process
-    folder = broken_op_test(tmp_path, case, layer, key, value)
-    result = run_in_process("--cfg", folder / "opt.cfg", "--set", f"output_dir={folder / 'work'}")
-    errors = [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]
-    assert result.exit_code == 1 and errors == [result.stderr.rstrip("\n").splitlines()[-1]], result.stderr
-    assert words in errors[0] and "Traceback" not in result.output, result.output
-    assert not (folder / "work").exists()
+@pytest.mark.parametrize("case", CLI_ERRORS)
+def test_bad_params_through_npuopt(case, tmp_path):
+    npuopt_rejects(case, *CLI_ERRORS[case], tmp_path)
 
 
 def test_npuopt_run_bad_params_are_one_line(tmp_path, capsys):
-    """npuopt-run on quantized IRs whose params were broken after quantizing."""
-    for case, layer, key, value, words in [("bitshift", "right", "direction", "UP", "direction 'UP'"),
-                                           ("bitwise", "not", "method", "NAND", "method 'NAND'"),
-                                           ("mod", "mod", "scale_value", "[1]", "scale_value/shift_value must be"),
-                                           ("divmod", "narrow_trunc", "mode", "HALF", "mode 'HALF'"),
-                                           ("isinf_isnan", "isinf_10", "detect_positive", "2",
-                                            "detect_positive must be true or false"),
-                                           ("ctc_greedy", "unmerged", "merge_repeated", "5",
-                                            "merge_repeated must be true or false")]:
-        txt, inputs = quantized_op_test(OP_TESTS / case, tmp_path / case)
-        edit_ir(txt, layer, key, value)
-        capsys.readouterr()
-        argv = [str(txt), *[a for x in inputs for a in ("--input", str(x))], "-o", str(tmp_path / "o.npz")]
-        assert run_cli(argv) == 1
-        lines = capsys.readouterr().err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("npuopt-run: error: ") and words in lines[0], lines
-        assert f"layer '{layer}'" in lines[0]
+    npuopt_run_rejects([("bitshift", "right", "direction", "UP", "direction 'UP'"),
+                        ("bitwise", "not", "method", "NAND", "method 'NAND'"),
+                        ("mod", "mod", "scale_value", "[1]", "scale_value/shift_value must be"),
+                        ("divmod", "narrow_trunc", "mode", "HALF", "mode 'HALF'"),
+                        ("isinf_isnan", "isinf_10", "detect_positive", "2", "detect_positive must be true or false"),
+                        ("ctc_greedy", "unmerged", "merge_repeated", "5", "merge_repeated must be true or false")],
+                       tmp_path, capsys)

@@ -16,17 +16,8 @@ Every integer top is clamped to its type's range, as the tool chain fits its top
 import numpy as np
 
 from ..intmath import requantize
-from .stage import shifted, stored_ints, top_bounds
-
-
-def _inputs(layer, xs, *counts):
-    if len(xs) not in counts:
-        raise layer.error(f"takes {' or '.join(map(str, counts))} inputs, the IR gives {len(xs)}", "layer_bottom")
-    try:
-        np.broadcast_shapes(*(x.shape for x in xs))
-    except ValueError:
-        raise layer.error(f"input shapes {[list(x.shape) for x in xs]} do not broadcast",
-                          "layer_bottom_shape") from None
+from .select import count_inputs, two_rescales
+from .stage import shifted, top_bounds
 
 
 def _integers_of(layer, xs, infos):
@@ -66,7 +57,7 @@ def _flag(layer, key, default):
 # ---- BitShift, Bitwise ------------------------------------------------------------------
 def bitshift(layer, xs, infos):
     direction = _choice(layer, "direction", ("LEFT", "RIGHT"))
-    _inputs(layer, xs, 2)
+    count_inputs(layer, xs, 2)
     x, s = _integers_of(layer, xs, infos)
     s = s.astype(np.int64)
     if direction == "LEFT":
@@ -81,7 +72,7 @@ BITWISE = {"AND": np.bitwise_and, "OR": np.bitwise_or, "XOR": np.bitwise_xor}
 
 def bitwise(layer, xs, infos):
     method = _choice(layer, "method", tuple(BITWISE) + ("NOT",))
-    _inputs(layer, xs, 1 if method == "NOT" else 2)
+    count_inputs(layer, xs, 1 if method == "NOT" else 2)
     args = _integers_of(layer, xs, infos)
     y = np.bitwise_not(args[0]) if method == "NOT" else BITWISE[method](*args)
     return [_fit(layer, y.astype(layer.top_types[0].name) if layer.top_types[0].is_int else y)]
@@ -94,7 +85,7 @@ def _fmod(layer):
 
 def mod_float(layer, xs, infos):
     fmod = _fmod(layer)
-    _inputs(layer, xs, 2)
+    count_inputs(layer, xs, 2)
     a, b = (x if x.dtype.kind == "f" else x.astype(np.float32) for x in xs)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.fmod(a, b) if fmod else a - np.floor_divide(a, b) * b
@@ -103,12 +94,8 @@ def mod_float(layer, xs, infos):
 
 def mod_int(layer, xs, infos):
     fmod = _fmod(layer)
-    _inputs(layer, xs, 2)
-    m = np.asarray(stored_ints(layer, "scale", "scale_value"), np.int64).reshape(-1)
-    s = np.asarray(stored_ints(layer, "shift", "shift_value"), np.int64).reshape(-1)
-    if m.size != 2 or s.size != 2:
-        raise layer.error(f"scale_value/shift_value must be lists of two, got {m.tolist()}/{s.tolist()}",
-                          "scale_value")
+    count_inputs(layer, xs, 2)
+    m, s = two_rescales(layer)
     a, b = (requantize(layer, shifted(x, info, layer), m[i], s[i], 0, info.qmin, info.qmax)
             for i, (x, info) in enumerate(zip(xs, infos)))
     b = np.where(b == 0, 1, b)
@@ -119,7 +106,7 @@ def mod_int(layer, xs, infos):
 
 def divmod_forward(layer, xs, infos):
     mode = _choice(layer, "mode", ("FLOOR", "TRUNC"), "FLOOR")
-    _inputs(layer, xs, 2)
+    count_inputs(layer, xs, 2)
     if len(layer.tops) != 2:
         raise layer.error(f"gives 2 tops (quotient, remainder), the IR has {len(layer.tops)}", "layer_top")
     a, b = (np.trunc(x).astype(np.int64) if x.dtype.kind == "f" else x.astype(np.int64) for x in xs)
@@ -156,7 +143,6 @@ def isnan(layer, xs, infos):
 # ---- CTCGreedyDecoder ------------------------------------------------------------------------
 def ctc_greedy(layer, xs, infos):
     merge = _flag(layer, "merge_repeated", True)
-    _inputs(layer, xs[:1], 1)
     if len(xs) != 2:
         raise layer.error(f"takes 2 inputs (scores, sequence lengths), the IR gives {len(xs)}", "layer_bottom")
     scores, lengths = np.asarray(xs[0]), np.asarray(xs[1]).reshape(-1)
