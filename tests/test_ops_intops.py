@@ -196,7 +196,7 @@ def test_integer_layers_keep_the_float_irs_types(case, tmp_path):
 def test_mod_inputs_brought_to_the_output_scale_stay_in_their_ranges(tmp_path):
     """The tool chain clamps each rescaled input to its own range: npuopt's output scale keeps
     every reachable q + zp inside it (the dividend's range is wider than the output's)."""
-    graph = quantized("mod_asym", tmp_path)
+    graph = quantized("mod", tmp_path)
     for node in (n for n in graph.nodes if n.type == "Mod"):
         assert node.quantized
         for t, m, s in zip(node.inputs, node.params["scale_value"], node.params["shift_value"]):
@@ -211,7 +211,7 @@ def test_ctc_labels_are_16_bit_and_the_checks_uint8(force_int, dtype, tmp_path):
     graph = quantized("ctc_greedy", tmp_path, f"force_dtype_int={force_int}")
     for node in (n for n in graph.nodes if n.type == "CTCGreedyDecoder"):
         assert node.quantized and node.outputs[0].dtype == dtype and float(node.outputs[0].scale) == 1.0
-    checks = quantized("isinf_isnan", tmp_path / "checks")
+    checks = quantized("parser_isinf_isnan", tmp_path / "checks")
     for node in (n for n in checks.nodes if n.type in ("IsInf", "IsNaN")):
         assert node.quantized and node.outputs[0].dtype == Dtype.UINT8 and float(node.outputs[0].scale) == 1.0
 
@@ -257,7 +257,7 @@ CLI_ERRORS = {
     "bitwise": ("and", "method", "NAND", "layer 'and' (Bitwise): unsupported method 'NAND'"),
     "mod": ("fmod", "fmod", "2", "layer 'fmod' (Mod): fmod must be true or false, got 2"),
     "divmod": ("wide_floor", "mode", "ROUND", "layer 'wide_floor' (DivMod): unsupported mode 'ROUND'"),
-    "isinf_isnan": ("isinf_11", "detect_negative", "maybe", "layer 'isinf_11' (IsInf): detect_negative must be"),
+    "parser_isinf_isnan": ("isinf_11", "detect_negative", "maybe", "layer 'isinf_11' (IsInf): detect_negative must be"),
     "ctc_greedy": ("merged", "layer_top_shape", "[[1,6,1,1]]", "layer 'merged' (CTCGreedyDecoder): the top must be"),
 }
 
@@ -272,6 +272,6 @@ def test_npuopt_run_bad_params_are_one_line(tmp_path, capsys):
                         ("bitwise", "not", "method", "NAND", "method 'NAND'"),
                         ("mod", "mod", "scale_value", "[1]", "scale_value/shift_value must be"),
                         ("divmod", "narrow_trunc", "mode", "HALF", "mode 'HALF'"),
-                        ("isinf_isnan", "isinf_10", "detect_positive", "2", "detect_positive must be true or false"),
+                        ("parser_isinf_isnan", "isinf_10", "detect_positive", "2", "detect_positive must be true or false"),
                         ("ctc_greedy", "unmerged", "merge_repeated", "5", "merge_repeated must be true or false")],
                        tmp_path, capsys)

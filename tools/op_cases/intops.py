@@ -1,7 +1,7 @@
-"""Integer and check layers: BitShift, Bitwise, Mod, DivMod, IsInf, IsNaN, and the CTC
-greedy decoder. Integer inputs are graph inputs of integer types (their data drawn as
-integers over each input's own range); shift amounts and divisors reach past the type's
-width and zero, the checks see infinities and NaN only in the run data."""
+"""Integer layers and the CTC greedy decoder: BitShift, Bitwise, Mod, DivMod,
+CTCGreedyDecoder (IsInf and IsNaN: the parser-written case parser_isinf_isnan). Integer
+inputs are graph inputs of integer types (their data drawn as integers over each input's
+own range); shift amounts and divisors reach past the type's width and zero."""
 import numpy as np
 import torch
 
@@ -67,21 +67,6 @@ def _mod_data(rng, shapes, n, value_range, run):
     return [uniform(rng, (-6.0, 6.0), (n,) + shapes[0]), divisors, rng.integers(1, 6, (n,) + shapes[2])]
 
 
-def _checks(b, rng, x):
-    """IsInf with each pair of detect flags, and IsNaN."""
-    tops = [b.layer("IsInf", f"isinf_{p:d}{n:d}", [x[0]], dict(detect_positive=p, detect_negative=n))[0]
-            for p in (True, False) for n in (True, False)]
-    return tops + [b.layer("IsNaN", "isnan", [x[0]], {})[0]]
-
-
-def _checks_data(rng, shapes, n, value_range, run):
-    """Finite calibration data; the run data holds +inf, -inf and NaN."""
-    x = uniform(rng, value_range, (n,) + shapes[0])
-    if run:
-        x.reshape(n, -1)[:, :3] = [np.inf, -np.inf, np.nan]
-    return [x]
-
-
 def _ctc(b, rng, x):
     """The greedy decoder of [N,8,5] scores with and without merge_repeated, 10 labels a sample."""
     return [b.layer("CTCGreedyDecoder", name, [x[0], x[1]], dict(merge_repeated=m), top_shapes=[[1, 10, 1, 1]])[0]
@@ -109,12 +94,9 @@ CASES = [
          dtypes=("int16", "int16", "int8", "int8")),
     Case("mod_int", "Mod fmod false/true of int16 by int8 divisors (zeros)", [(4, 6), (4, 1)], _mod_int,
          data=integers((-300, 300), (-7, 7)), dtypes=("int16", "int8")),
-    Case("mod", "Mod fmod false/true of floats by float divisors of either sign and fmod by an int8 input",
-         [(4, 6), (4, 1), (4, 1)], _mod, data=_mod_data, dtypes=("float32", "float32", "int8")),
-    Case("mod_asym", "Mod of floats as mod, asymmetric activations", [(4, 6), (4, 1), (4, 1)], _mod, data=_mod_data,
-         dtypes=("float32", "float32", "int8"), cfg=dict(quantize_method_for_activation="per_tensor_asymmetric")),
-    Case("isinf_isnan", "IsInf with each detect flag pair and IsNaN; inf and NaN in the run data", [(4, 6)], _checks,
-         data=_checks_data),
+    Case("mod", "Mod fmod false/true of floats by float divisors of either sign and fmod by an int8 input, "
+         "asymmetric activations", [(4, 6), (4, 1), (4, 1)], _mod, data=_mod_data, dtypes=("float32", "float32", "int8"),
+         cfg=dict(quantize_method_for_activation="per_tensor_asymmetric")),
     Case("ctc_greedy", "CTCGreedyDecoder of [N,8,5] scores with and without merge_repeated, lengths 0-9",
          [(8, 5), ()], _ctc, data=_ctc_data, dtypes=("float32", "int32")),
 ]

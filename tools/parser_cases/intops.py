@@ -57,7 +57,8 @@ def _mod(rng, path):
 
 
 def _fmod(rng, path):
-    """Mod fmod 1 of floats by float divisors [1,4,1] of either sign."""
+    """Mod fmod 1 of floats by float divisors [1,4,1] of either sign (a graph of its own: beside
+    integer Mods the parser adds a Dummy layer)."""
     from onnx import TensorProto, helper
 
     f32 = TensorProto.FLOAT
@@ -72,11 +73,11 @@ def _fmod_data(rng, shapes, n, value_range, run):
 
 
 def _checks(rng, path):
-    """IsInf with each detect flag pair and IsNaN of one float input."""
+    """IsInf with each pair of detect flags and IsNaN of one float input."""
     from onnx import TensorProto, helper
 
     nodes = [helper.make_node("IsInf", ["in0"], [f"isinf_{p}{n}"], detect_positive=p, detect_negative=n)
-             for p, n in ((1, 1), (1, 0), (0, 1))]
+             for p, n in ((1, 1), (1, 0), (0, 1), (0, 0))]
     nodes.append(helper.make_node("IsNaN", ["in0"], ["isnan"]))
     outputs = [(node.output[0], TensorProto.BOOL, [1, 4, 6]) for node in nodes]
     _save_onnx(nodes, [("in0", TensorProto.FLOAT, [1, 4, 6])], outputs, path)
