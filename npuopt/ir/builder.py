@@ -38,8 +38,8 @@ class GraphBuilder:
         """Add a layer; returns its top tensor names (default: the layer's name).
 
         `top_shapes` is only for layers whose forward reads its output's IR
-        shape (Resize, FractionalPool, MaxUnpool, UpsampleByIndex); other layers'
-        shapes are computed."""
+        shape (Resize, FractionalPool, MaxUnpool, UpsampleByIndex, CTCGreedyDecoder);
+        other layers' shapes are computed."""
         node = PyNode(name, optype)
         node.params = OrderedDict(params or {})
         for cname, value in (constants or {}).items():

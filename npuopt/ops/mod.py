@@ -7,10 +7,11 @@ result as the tool chain fits a top to its type (NaN 0, clamped).
 Quantized in the tool chain's form, `scale_value = [M_0, M_1]`, `shift_value = [s_0, s_1]`:
 each input is brought to the output's scale, x_i = requantize(q_i + zp_i, M_i, s_i) clamped
 to that input's own range [qmin_i, qmax_i] (zero point 0), then out = clamp(mod(x_0, x_1)
-- zp_out) into the top (a zero divisor x_1 counts as 1, so the remainder is 0). Two integer inputs give an integer top
-(the float IR's type, scale 1) with M = 1, s = 0. npuopt caps the output's scale so that
-no x_i can reach its input's range (a dividend beyond the divisor's range would otherwise
-saturate there, the tool chain's own choice from the output's calibrated range)."""
+- zp_out) into the top (a zero x_1 counts as 1, so the remainder is 0). Two integer inputs
+give an integer top (the float IR's type, scale 1) with M = 1, s = 0. npuopt caps the
+output's scale so that no x_i can reach its input's range (a dividend beyond the divisor's
+range would otherwise saturate there, the tool chain's own choice from the output's
+calibrated range)."""
 import torch
 
 from ..dtype import Dtype, computing_float
@@ -92,5 +93,5 @@ def _largest_scale(node, t) -> float:
         ends = QT.activation_range(node, t, False)
     else:
         ends = (t.qmin + float(t.zerop), t.qmax + float(t.zerop))
-    limits = [(t.qmax if e > 0 else -t.qmin) / abs(e) for e in ends if e != 0 and (t.qmax if e > 0 else -t.qmin) > 0]
-    return float(t.scale) * min(limits, default=1.0) * CAP_MARGIN
+    room = [(t.qmax if e > 0 else -t.qmin, abs(e)) for e in ends if e != 0]  # (bound, reach) on each side
+    return float(t.scale) * min((bound / reach for bound, reach in room if bound > 0), default=1.0) * CAP_MARGIN
