@@ -86,6 +86,9 @@ OP_TESTS_ONLY = ("float16_conv",)
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
 OPT_WHERE_LIMITATION = ("OPT limitation: its float Where of two integer tensors (ArgMinMax indices) reads "
                         "the quantized layer's scale_value, which a float IR has not")
+OPT_INTEGER_MOD_LIMITATION = ("OPT limitation: it reads the Mod of two integer tensors in a float IR without the "
+                              "parser's compat_quantized_model header as quantized (no float tensor enters or "
+                              "leaves it) and stops for want of scale_value, which a float IR has not")
 OPT_RANDOM_REGIONS = ("OPT limitation: FractionalPool with seed 0 draws its pooling regions from torch's global "
                       "generator, new ones on every forward; npuopt pools the fixed regions of seed 5489")
 # op tests of FractionalPool with seed 0: OPT's regions are random (OPT_RANDOM_REGIONS)
@@ -201,11 +204,17 @@ def _difference(ours: np.ndarray, theirs: np.ndarray, exact: bool = False, dtype
     """|ours - theirs| and the largest difference allowed: 1 LSB for integers (0 when
     `exact`, `lsb` where given), float32 rounding for float tensors, and one step of the type at each value
     for a float16/bfloat16/fp8 output (`dtype`: sums in another order, or the tool chain's
-    own fp8 rounding of subnormals, can give the next value of the type)."""
-    diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+    own fp8 rounding of subnormals, can give the next value of the type). Equal infinities
+    and NaN against NaN are identical; NaN or an infinity against anything else differs
+    by infinity, and the tolerance scales with the finite values only."""
+    mine, other = ours.astype(np.float64), theirs.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(mine - other)
+    same = (mine == other) | (np.isnan(mine) & np.isnan(other))
+    diff = np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
     if theirs.dtype.kind in "iub":
         return diff, float(lsb) if lsb is not None else 0.0 if exact else 1.0
-    allowed = FLOAT_TOLERANCE * max(1.0, float(np.abs(theirs).max(initial=0.0)))
+    allowed = FLOAT_TOLERANCE * max(1.0, float(np.abs(other[np.isfinite(other)]).max(initial=0.0)))
     name = getattr(dtype, "value", None)
     if name in FLOAT_MANTISSA_BITS:
         magnitude = np.maximum(np.abs(theirs.astype(np.float64)), np.abs(ours.astype(np.float64)))
@@ -425,6 +434,8 @@ def test_op_float(case, op_float_runs, record_property):
     problems = list(opt.errors)
     if case.startswith("where") and any("KeyError('scale_value')" in e and "where_int" in e for e in problems):
         pytest.xfail(OPT_WHERE_LIMITATION)
+    if any('"scale_value" not exist' in e and "OpType.Mod" in e for e in problems):
+        pytest.xfail(OPT_INTEGER_MOD_LIMITATION)
     if opt.npz.is_file():
         share, output_problems = compare_outputs([t.name for t in graph.output_tensors], outputs, opt.outputs,
                                                  exact=True)

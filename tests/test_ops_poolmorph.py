@@ -247,8 +247,13 @@ ERRORS = [
 @pytest.mark.parametrize("optype, inputs, params, constants, extra, message", ERRORS,
                          ids=[f"{e[0]}-{i}" for i, e in enumerate(ERRORS)])
 def test_bad_params_are_one_line_errors(optype, inputs, params, constants, extra, message):
+    one_line_ir_error(optype, message, lambda: run(optype, inputs, params, constants, **extra))
+
+
+def one_line_ir_error(optype, message, forward):
+    """forward() raises one IRError line naming layer 'op' of `optype` and holding `message`."""
     with pytest.raises(IRError) as e:
-        run(optype, inputs, params, constants, **extra)
+        forward()
     assert str(e.value).startswith(f"layer 'op' ({optype}): ") and message in str(e.value), str(e.value)
     assert "\n" not in str(e.value)
 
@@ -273,16 +278,21 @@ def broken_op_test(root, case, layer, key, value):
     return folder
 
 
-@pytest.mark.parametrize("case, layer, key, value, words", CLI_ERRORS,
-                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CLI_ERRORS])
-def test_bad_params_through_npuopt(case, layer, key, value, words, tmp_path):
-    """`npuopt --cfg` (in process): exit 1, one error line, no traceback, nothing written."""
+def npuopt_rejects(case, layer, key, value, words, tmp_path):
+    """`npuopt --cfg` (in process) on op test `case` with `key` of `layer` set to `value`: exit
+    1, one error line holding `words`, no traceback, nothing written."""
     folder = broken_op_test(tmp_path, case, layer, key, value)
     result = run_in_process("--cfg", folder / "opt.cfg", "--set", f"output_dir={folder / 'work'}")
     errors = [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]
     assert result.exit_code == 1 and errors == [result.stderr.rstrip("\n").splitlines()[-1]], result.stderr
     assert words in errors[0] and "Traceback" not in result.output, result.output
     assert not (folder / "work").exists()
+
+
+@pytest.mark.parametrize("case, layer, key, value, words", CLI_ERRORS,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CLI_ERRORS])
+def test_bad_params_through_npuopt(case, layer, key, value, words, tmp_path):
+    npuopt_rejects(case, layer, key, value, words, tmp_path)
 
 
 def test_bad_param_as_a_user_runs_npuopt(tmp_path):
@@ -300,13 +310,10 @@ def quantized_op_test(folder, out):
     return out / f"{folder.name}_o.txt", sorted(folder.glob("in*.npy"))
 
 
-def test_npuopt_run_bad_params_are_one_line(tmp_path, capsys):
-    """npuopt-run on quantized IRs whose params were broken after quantizing."""
-    for case, layer, key, value, words in [("argmax_pool", "hw", "storage_order", "3", "storage_order must be 0 or 1"),
-                                           ("morphology", "erosion", "scale_value", "[1,2]", "scale_value must be"),
-                                           ("unpool", "unpool_nhwc", "flatten_dim", "HCW", "flatten_dim 'HCW'"),
-                                           ("fractional_pool", "max_random", "method", "SUM", "method 'SUM'"),
-                                           ("meshgrid", "xy", "indexing", "yx", "indexing")]:
+def npuopt_run_rejects(breaks, tmp_path, capsys):
+    """npuopt-run on op tests' quantized IRs whose params were broken after quantizing
+    (`breaks`: case, layer, param, value, the error's words): one error line naming the layer."""
+    for case, layer, key, value, words in breaks:
         txt, inputs = quantized_op_test(OP_TESTS / case, tmp_path / case)
         edit_ir(txt, layer, key, value)
         capsys.readouterr()
@@ -315,3 +322,11 @@ def test_npuopt_run_bad_params_are_one_line(tmp_path, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("npuopt-run: error: ") and words in lines[0], lines
         assert f"layer '{layer}'" in lines[0]
+
+
+def test_npuopt_run_bad_params_are_one_line(tmp_path, capsys):
+    npuopt_run_rejects([("argmax_pool", "hw", "storage_order", "3", "storage_order must be 0 or 1"),
+                        ("morphology", "erosion", "scale_value", "[1,2]", "scale_value must be"),
+                        ("unpool", "unpool_nhwc", "flatten_dim", "HCW", "flatten_dim 'HCW'"),
+                        ("fractional_pool", "max_random", "method", "SUM", "method 'SUM'"),
+                        ("meshgrid", "xy", "indexing", "yx", "indexing")], tmp_path, capsys)

@@ -39,7 +39,7 @@ class GraphBuilder:
         """Add a layer; returns its top tensor names (default: the layer's name).
 
         `top_shapes` is only for layers whose forward reads its output's IR
-        shape (Resize, FractionalPool, MaxUnpool, UpsampleByIndex), and for layers
+        shape (Resize, FractionalPool, MaxUnpool, UpsampleByIndex, CTCGreedyDecoder), and for layers
         whose top shapes follow the data (registry.has_data_dependent_shapes):
         there they are the bounds the IR states, and the example value is
         zero-filled up to them, so that the layers after it compute their bounds

@@ -19,7 +19,7 @@ CAST_INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32")
 CAST_FLOATS = ("float32", "float16", "bfloat16", "float8_e5m2", "float8_e4m3fn")
 
 
-def _count(layer, xs, n):
+def count_inputs(layer, xs, n):
     if len(xs) != n:
         raise layer.error(f"takes {n} input{'s' if n > 1 else ''}, the IR gives {len(xs)}", "layer_bottom")
     try:
@@ -39,7 +39,7 @@ def _choice(layer, key, choices, default=None):
 # ---- Logical --------------------------------------------------------------------------
 def _method(layer, xs):
     method = _choice(layer, "method", list(COMPARE) + list(BOOLEAN) + ["NOT"])
-    _count(layer, xs, 1 if method == "NOT" else 2)
+    count_inputs(layer, xs, 1 if method == "NOT" else 2)
     return method
 
 
@@ -67,7 +67,7 @@ def logical_int(layer, xs, infos):
 
 # ---- Where ----------------------------------------------------------------------------
 def where_float(layer, xs, infos):
-    _count(layer, xs, 3)
+    count_inputs(layer, xs, 3)
     cond, a, b = xs
     if a.dtype != b.dtype:  # the narrower operand takes the wider one's type (x1's on a tie)
         if a.dtype.itemsize >= b.dtype.itemsize:
@@ -77,13 +77,19 @@ def where_float(layer, xs, infos):
     return [np.where(cond != 0, a, b)]
 
 
-def where_int(layer, xs, infos):
-    _count(layer, xs, 3)
+def two_rescales(layer):
+    """(M, s): `scale_value`/`shift_value` as lists of two, one rescale per branch."""
     m = np.asarray(stored_ints(layer, "scale", "scale_value"), np.int64).reshape(-1)
     s = np.asarray(stored_ints(layer, "shift", "shift_value"), np.int64).reshape(-1)
     if m.size != 2 or s.size != 2:
         raise layer.error(f"scale_value/shift_value must be lists of two, got {m.tolist()}/{s.tolist()}",
                           "scale_value")
+    return m, s
+
+
+def where_int(layer, xs, infos):
+    count_inputs(layer, xs, 3)
+    m, s = two_rescales(layer)
     zp, lo, hi = top_bounds(layer)
     picked = [requantize(layer, shifted(x, info, layer), m[i], s[i], zp, lo, hi)
               for i, (x, info) in enumerate(zip(xs[1:], infos[1:]))]
@@ -109,7 +115,7 @@ def _into(v, dtype, clip):
 
 def cast_float(layer, xs, infos):
     to, clip, _ = _cast_params(layer)
-    _count(layer, xs, 1)
+    count_inputs(layer, xs, 1)
     x = xs[0]
     if to in CAST_FLOATS:
         return [x.astype(np.float32)]
@@ -120,7 +126,7 @@ def cast_float(layer, xs, infos):
 
 def cast_int(layer, xs, infos):
     to, clip, ignore = _cast_params(layer)
-    _count(layer, xs, 1)
+    count_inputs(layer, xs, 1)
     q, info = xs[0], infos[0]
     if "scale_value" in layer.params or layer.has_const("scale"):
         top = layer.top_types[0]
