@@ -312,9 +312,10 @@ def read_table(node, name: str, size: int) -> torch.Tensor:
     return t
 
 
-def weight_scales(node, w: torch.Tensor, per_channel: bool):
+def weight_scales(node, w: torch.Tensor, per_channel: bool, row_sum_limit: float = None):
     """Symmetric scales of a block of weight rows (one per row, or one for the block,
-    repeated per row) under the layer's weight strategy and bits, and the integer bounds."""
+    repeated per row) under the layer's weight strategy and bits, and the integer bounds;
+    with `row_sum_limit`, narrowed where a row's integers would sum (in magnitude) past it."""
     st = settings_of(node)
     stats = Statistics.of_constant(w, st.histc_bins, 0 if per_channel else None)
     lo, hi = calibrate_range(stats, st.calibration_strategy_for_weight, st.weight_bits, True)
@@ -323,12 +324,18 @@ def weight_scales(node, w: torch.Tensor, per_channel: bool):
         absmax = torch.where(absmax > 0, absmax, absmax[absmax > 0].median())
     full = st.quantize_method_for_weight.full_range
     scale, _, qmin, qmax = qmath.linear_quant_params(-absmax, absmax, st.weight_bits, True, full, True)
-    return torch.as_tensor(scale, dtype=torch.float32).reshape(-1).expand(w.shape[0]).clone(), qmin, qmax
+    scale = torch.as_tensor(scale, dtype=torch.float32).reshape(-1).expand(w.shape[0]).clone()
+    if row_sum_limit is not None:
+        sums = w.abs().sum(1).to(torch.float32)
+        cap = row_sum_limit / sums.clamp(min=1e-30)
+        scale = torch.minimum(scale, cap if per_channel else cap.min().expand_as(scale))
+    return scale, qmin, qmax
 
 
-def quantize_weight_blocks(node, per_channel: bool, blocks) -> tuple:
+def quantize_weight_blocks(node, per_channel: bool, blocks, per_tensor=(), row_sum_limit: float = None) -> tuple:
     """The weights as integers, each block (rows, columns) on its own symmetric grid (the
-    tool chain's recurrent forwards read no weight zero point). Returns each block's
+    tool chain's recurrent forwards read no weight zero point; blocks listed in
+    `per_tensor` take one scale even with per-channel weights). Returns each block's
     scales (one per row) and the integers (float64). The constant states one scale per
     block, or per block row with per-channel weights, as the tool chain writes them."""
     c = node.get_constant("weights")
@@ -336,8 +343,9 @@ def quantize_weight_blocks(node, per_channel: bool, blocks) -> tuple:
     st = settings_of(node)
     q = torch.zeros_like(w, dtype=torch.float64)
     scales, stated = [], []
-    for rows, cols in blocks:
-        scale, qmin, qmax = weight_scales(node, w[rows, cols], per_channel)
+    for k, (rows, cols) in enumerate(blocks):
+        by_row = per_channel and k not in per_tensor
+        scale, qmin, qmax = weight_scales(node, w[rows, cols], by_row, row_sum_limit)
         q[rows, cols] = qmath.quantize(w[rows, cols], scale[:, None], 0, qmin, qmax).to(torch.float64)
         scales.append(scale)
         stated.append(scale if per_channel else scale[:1])
