@@ -265,6 +265,12 @@ def first_difference(graph, opt: OptResult) -> str:
 FLOAT32_SUMS = ("OPT sums 16-bit MatMul and ConvTranspose products in float32 (inexact above 2^24); npuopt "
                 "computes the exact integer sums (docs/integer-semantics.md, MatMul and ConvTranspose)")
 FLOAT32_SUM_TYPES = ("(MatMul) tensor", "(ConvTranspose) tensor")
+# OPT's GRU forward keeps 16-bit integers in float32 (sums of products, rescaled terms): past 2^24
+# they round; with those steps in float64 its forward gives npuopt's integers exactly (test_ops_rnn.py)
+OPT_GRU_FLOAT32 = ("OPT limitation: its GRU forward holds 16-bit integers in float32 (sums and rescaled terms "
+                   "past 2^24 round); in float64 it computes npuopt's integers exactly")
+GRU_TYPES = ("(GRUv1) tensor", "(GRUv3) tensor")
+WIDE_SETTINGS = ("act16", "w16a16", "w16a16_remain")
 
 
 def check_conformance(run: Run, record_property, float32_sums_differ: bool = False, lsb=None) -> None:
@@ -276,8 +282,9 @@ def check_conformance(run: Run, record_property, float32_sums_differ: bool = Fal
     opt = run.opt.result()
     share, problems = compare_with_opt(graph, outputs, opt, lsb)
     record_property("identical_share", share)
-    if problems and float32_sums_differ and any(t in problems[-1] for t in FLOAT32_SUM_TYPES):
-        pytest.xfail(f"{FLOAT32_SUMS}: {problems[-1]}")
+    for types, reason in ((FLOAT32_SUM_TYPES, FLOAT32_SUMS), (GRU_TYPES, OPT_GRU_FLOAT32)):
+        if problems and float32_sums_differ and any(t in problems[-1] for t in types):
+            pytest.xfail(f"{reason}: {problems[-1]}")
     assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
 
 
@@ -346,7 +353,7 @@ def test_op_case(case, setting, op_runs, record_property):
     run = op_runs[case, setting]
     if case == "pad" and run.opt is not None and any("negative values" in e for e in run.opt.result().errors):
         pytest.xfail(OPT_PAD_LIMITATION)
-    check_conformance(run, record_property)
+    check_conformance(run, record_property, float32_sums_differ=setting in WIDE_SETTINGS)
 
 
 # ---- float forwards of the op tests' IRs ------------------------------------------------
@@ -492,7 +499,7 @@ def test_model(model, setting, model_runs, record_property, tmp_path):
     # before OPT's check, which may end in an expected failure: npuopt-run's integers and floats
     # are npuopt's, float layers included (both compute them in float64)
     check_refrun(run, ours, tmp_path, exact=True)
-    check_conformance(run, record_property, float32_sums_differ=setting in ("act16", "w16a16", "w16a16_remain"),
+    check_conformance(run, record_property, float32_sums_differ=setting in WIDE_SETTINGS,
                       lsb=FLOAT_LINEAR_LSB if setting in FLOAT_LINEAR_SETTINGS else None)
 
 
