@@ -86,6 +86,10 @@ OP_TESTS_ONLY = ("float16_conv",)
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
 OPT_WHERE_LIMITATION = ("OPT limitation: its float Where of two integer tensors (ArgMinMax indices) reads "
                         "the quantized layer's scale_value, which a float IR has not")
+OPT_RNN_GATES_LIMITATION = ("OPT limitation: its recurrent layers know only SIGMOID and TANH gates; its forward stops "
+                            "with a KeyError on the other ONNX activations the parser writes (HARDSIGMOID, ...)")
+OTHER_GATES = re.compile(r"KeyError\('(RELU|AFFINE|LEAKYRELU|THRESHOLDEDRELU|SCALEDTANH|HARDSIGMOID|ELU|SOFTSIGN"
+                         r"|SOFTPLUS)'\)")
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
 
@@ -353,6 +357,8 @@ def test_op_case(case, setting, op_runs, record_property):
     run = op_runs[case, setting]
     if case == "pad" and run.opt is not None and any("negative values" in e for e in run.opt.result().errors):
         pytest.xfail(OPT_PAD_LIMITATION)
+    if run.opt is not None and any(OTHER_GATES.search(e) for e in run.opt.result().errors):
+        pytest.xfail(OPT_RNN_GATES_LIMITATION)
     check_conformance(run, record_property, float32_sums_differ=setting in WIDE_SETTINGS)
 
 
@@ -385,6 +391,8 @@ def test_op_float(case, op_float_runs, record_property):
     problems = list(opt.errors)
     if case.startswith("where") and any("KeyError('scale_value')" in e and "where_int" in e for e in problems):
         pytest.xfail(OPT_WHERE_LIMITATION)
+    if any(OTHER_GATES.search(e) for e in problems):
+        pytest.xfail(OPT_RNN_GATES_LIMITATION)
     if opt.npz.is_file():
         share, output_problems = compare_outputs([t.name for t in graph.output_tensors], outputs, opt.outputs,
                                                  exact=True)

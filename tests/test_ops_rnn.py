@@ -195,3 +195,19 @@ def test_states_that_are_not_zero_keep_the_grid_they_come_on(tmp_path):
     second = graph.node("lstm_top_states")
     assert second.quantized and np.isclose(float(graph.node("last_state").outputs[0].scale),
                                            float(second.outputs[0].scale))
+
+
+PARSER_CASES = ["parser_lstm", "parser_lstm_bi", "parser_lstm_states", "parser_gru_bi", "parser_gru_v3",
+                "parser_lstm_activations"]
+
+
+@pytest.mark.parametrize("case", PARSER_CASES)
+def test_parser_irs_compute_what_onnx_runtime_computes(case):
+    """The float forward of the IR the parser wrote from an ONNX LSTM/GRU equals ONNX Runtime's
+    output of that model (op_tests/<case>/onnxruntime.npy, tools/onnx_reference.py)."""
+    from npuopt.ir import read_graph
+    folder = REPO / "op_tests" / case
+    graph = read_graph(str(folder / f"{case}.txt"))
+    inputs = [torch.from_numpy(np.load(folder / f"in{i}.npy")) for i in range(len(graph.input_tensors))]
+    got = graph.forward(inputs)[0]
+    close(got.reshape(-1), torch.from_numpy(np.load(folder / "onnxruntime.npy")).reshape(-1))

@@ -48,6 +48,9 @@ KINDS = {"BasicLSTM": (4, 3, ("SIGMOID", "TANH", "TANH"), 4), "GRUv3": (3, 2, ("
 TABLE_LIMITS = {"SIGMOID": {8: math.log(254.0), 16: math.log(65534.0)},
                 "TANH": {8: math.log(508.0) / 2, 16: math.log(131068.0) / 2}}
 
+# how far past its calibrated magnitude an internal grid reaches, by activation bits
+HEADROOM = {16: 2.0}
+
 
 @dataclass
 class Recurrent:
@@ -193,14 +196,16 @@ def record(node, values: Dict[str, torch.Tensor]) -> None:
 
 
 def absmax_of(node, key: str) -> float:
-    """The calibrated magnitude of internal tensor `key` (under the layer's strategy)."""
+    """The magnitude internal tensor `key` reached in calibration (its extrema, whatever the
+    activation strategy: a state or gate input clipped feeds back into every later step),
+    with headroom at 16 bits (HEADROOM: a bit of sixteen costs less than a clipped value)."""
     name = f"{node.name}/{key}"
     t = next((p for p in node.placeholders if p.name == name), None)
     if t is None or t.statistics is None or t.statistics.empty:
         raise QT.Unsupported(f"layer '{node.name}' ({node.type}): its internal tensor '{key}' has no calibration "
                              f"statistics (a statistic_file written before this layer type was supported?)")
-    lo, hi = QT.activation_range(node, t, True)
-    return max(-float(lo), float(hi))
+    room = HEADROOM.get(settings_of(node).activation_bits, 1.0)
+    return max(-float(t.statistics.min), float(t.statistics.max)) * room
 
 
 # ---- grids, tables and rescales of the integer form ---------------------------------
