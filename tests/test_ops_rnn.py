@@ -171,9 +171,9 @@ def test_bad_params_stop_npuopt_with_one_line(tmp_path, case, layer, key, value,
     shutil.copytree(REPO / "op_tests" / case, folder, ignore=shutil.ignore_patterns("work"))
     edit_ir(folder / f"{case}.txt", layer, key, value)
     out = tmp_path / "out"
-    result = run_in_process("--cfg", folder / "opt.cfg", "--set", f"graph={folder / f'{case}.txt'}",
-                            "--set", f"bin={folder / f'{case}.bin'}", "--set", f"calibration_data={folder / 'calib.npy'}",
-                            "--set", f"output_dir={out}")
+    sets = [f"graph={folder / f'{case}.txt'}", f"bin={folder / f'{case}.bin'}",
+            f"calibration_data={folder / 'calib.npy'}", f"output_dir={out}"]
+    result = run_in_process("--cfg", folder / "opt.cfg", *[arg for item in sets for arg in ("--set", item)])
     report = f"exit {result.exit_code}\n{result.stderr}"
     assert result.exit_code == 1 and "Traceback" not in result.stderr + result.stdout, report
     errors = [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]

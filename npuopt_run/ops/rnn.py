@@ -202,7 +202,8 @@ def lstm_int(layer, xs, infos):
             gg = requantize(layer, np.split(z, 4, axis=-1)[1], m2, s2, 0, lo, hi)
         else:
             hw = requantize(layer, requantize(layer, hw, 1, s[0] - mshift, 0, *I32), m[0], s1, 0, *I32)
-            z = requantize(layer, xw[:, t], 1, s1 - mshift, 0, *I32) + hw + requantize(layer, b, 1, s1 - mshift, 0, *I32)
+            z = (requantize(layer, xw[:, t], 1, s1 - mshift, 0, *I32) + hw +
+                 requantize(layer, b, 1, s1 - mshift, 0, *I32))
             z = np.clip(z, *I32)
             gate = lambda v, g: requantize(layer, v, cell(m1, g), mshift, 0, lo, hi)  # noqa: E731
             gg = requantize(layer, np.split(z, 4, axis=-1)[1], m2, s2 - cell(s1, 0) + mshift, 0, lo, hi)

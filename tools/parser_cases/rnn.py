@@ -48,8 +48,7 @@ def _onnx_rnn(op, onnx_path, rng, gates, **attrs):
     graph = helper.make_graph([node], "rnn", [helper.make_tensor_value_info("in0", TensorProto.FLOAT, [1, T, I])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, T, directions, H])],
                               [w, r, b])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     onnx.save(model, onnx_path)
 
 
