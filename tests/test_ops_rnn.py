@@ -211,3 +211,16 @@ def test_parser_irs_compute_what_onnx_runtime_computes(case):
     inputs = [torch.from_numpy(np.load(folder / f"in{i}.npy")) for i in range(len(graph.input_tensors))]
     got = graph.forward(inputs)[0]
     close(got.reshape(-1), torch.from_numpy(np.load(folder / "onnxruntime.npy")).reshape(-1))
+
+
+def test_internal_statistics_travel_in_the_statistic_file(tmp_path):
+    """The recurrent layers' internal tensors (gate inputs, states) are calibrated with the
+    tops and saved in statistic_file: a run that loads it writes the same IR."""
+    cfg = REPO / "op_tests" / "lstm" / "opt.cfg"
+    for run in ("first", "second"):
+        result = run_in_process("--cfg", cfg, "--set", f"output_dir={tmp_path / run}",
+                                "--set", f"statistic_file={tmp_path / 'stats.pt'}")
+        assert result.exit_code == 0, result.output
+    for suffix in (".txt", ".bin"):
+        assert (tmp_path / "first" / f"lstm_o{suffix}").read_bytes() == \
+            (tmp_path / "second" / f"lstm_o{suffix}").read_bytes()

@@ -158,6 +158,22 @@ def _threshold(node) -> float:
 
 
 # ---- the time loop -----------------------------------------------------------
+def forward(node, out_sequences, float_form, integer_form):
+    """A recurrent layer's forward: its params read, its float or integer form run, its tops set."""
+    p = read_params(node, out_sequences)
+    outs = integer_form(node, p) if node.quantized else float_form(node, p)
+    for t, v in zip(node.outputs, outs):
+        t.betensor = v
+    return outs[0] if len(outs) == 1 else outs
+
+
+def float_operands(node, p: Recurrent):
+    """(the input's dtype, its steps in reading order, weights, biases): float64."""
+    x = node.inputs[0].betensor
+    w = node.get_constant("weights").betensor.to(torch.float64)
+    return x.dtype, sequence_in(x.to(torch.float64), p), w, node.get_constant("biases").betensor.to(torch.float64)
+
+
 def sequence_in(x: torch.Tensor, p: Recurrent) -> torch.Tensor:
     """The input steps in the order the layer reads them: reversed first for direction
     reverse, then the first time_steps."""
@@ -241,18 +257,18 @@ def state_grid(node, index: int, calibrated: float, bits: int):
     """The scale the recurrence keeps a state on, given input `index`'s initial state:
     `calibrated` when that state is all zeros, else the state input's own scale, which
     the tool chain's forward reads its integers with (zero point 0 and `bits` bits
-    needed). Returns (scale, whether the initial state is zero)."""
+    needed)."""
     t = node.inputs[index]
     zero = absmax_input(node, t) == 0.0
     if not t.qinvariant and int(torch.as_tensor(t.zerop).abs().max()) != 0:
         raise QT.Unsupported(f"layer '{node.name}' ({node.type}): initial state (input {index}) has zero point "
                              f"{t.zerop}; the recurrence reads its integers without one")
     if zero:
-        return calibrated, True
+        return calibrated
     if t.qbits != bits or t.dtype.is_float:
         raise QT.Unsupported(f"layer '{node.name}' ({node.type}): initial state (input {index}) is "
                              f"{t.dtype.value}, the layer computes in {bits} bits")
-    return float(t.scale), False
+    return float(t.scale)
 
 
 def absmax_input(node, t: PyTensor) -> float:

@@ -41,34 +41,26 @@ def _forget_bias(node) -> float:
     return float(value)
 
 
-def _publish(node, p, hs, hlast, clast):
+def _publish(p, hs, hlast, clast):
     tops = {"Y": lambda: R.sequence_out(hs, p), "H": lambda: hlast, "C": lambda: clast}
-    outs = [tops[s]() for s in p.out_sequence]
-    return outs
+    return [tops[s]() for s in p.out_sequence]
 
 
 @op_register(OpType.BasicLSTM, "1.0")
 def basiclstm_forward(self, *args):
-    p = R.read_params(self, OUT_SEQUENCES)
-    outs = _integer(self, p) if self.quantized else _float(self, p)
-    for t, v in zip(self.outputs, outs):
-        t.betensor = v
-    return outs[0] if len(outs) == 1 else outs
+    return R.forward(self, OUT_SEQUENCES, _float, _integer)
 
 
 def _float(node, p):
-    x = node.inputs[0].betensor
-    dtype, wide = x.dtype, torch.float64
-    xs = R.sequence_in(x.to(wide), p)
+    dtype, xs, w, b = R.float_operands(node, p)
     batch, H, I = xs.shape[0], p.cell_size, p.input_size
-    w = node.get_constant("weights").betensor.to(wide)
-    b = node.get_constant("biases").betensor.to(wide).clone()
+    b = b.clone()
     b[2 * H:3 * H] += _forget_bias(node)
     clip = _cell_clip(node)
     act0, act1, act2 = p.functions
     xw = xs @ w[:, :I].T + b
     wh = w[:, I:].T
-    h, c = R.initial_state(node.inputs[1], batch, wide), R.initial_state(node.inputs[2], batch, wide)
+    h, c = R.initial_state(node.inputs[1], batch, w.dtype), R.initial_state(node.inputs[2], batch, w.dtype)
     hs, cs, sig_in, g_in = [], [], [], []
     for t in range(p.time_steps):
         i, g, f, o = R.gate_input(xw[:, t] + h @ wh, p).chunk(4, dim=-1)
@@ -82,7 +74,7 @@ def _float(node, p):
         cs.append(c)
     R.record(node, {"h": torch.stack(hs, 1), "sigmoid_in": torch.stack(sig_in, 1), "g_in": torch.stack(g_in, 1),
                     "c_in": torch.stack(cs, 1), **{f"c{t}": v for t, v in enumerate(cs)}})
-    return [v.to(dtype) for v in _publish(node, p, hs, h, c)]
+    return [v.to(dtype) for v in _publish(p, hs, h, c)]
 
 
 # ---- quantized ------------------------------------------------------------------
@@ -96,9 +88,9 @@ def basiclstm_quantize(self, *args):
     per_channel = st.quantize_method_for_weight.per_channel
     H, I, T = p.cell_size, p.input_size, p.time_steps
     x = self.inputs[0]
-    sh, _ = R.state_grid(self, 1, R.symmetric_scale(R.absmax_of(self, "h"), bits), bits)
+    sh = R.state_grid(self, 1, R.symmetric_scale(R.absmax_of(self, "h"), bits), bits)
     sc = [R.symmetric_scale(R.absmax_of(self, f"c{t}"), bits) for t in range(T)]
-    sc0, _ = R.state_grid(self, 2, sc[0], bits)
+    sc0 = R.state_grid(self, 2, sc[0], bits)
     clip = _cell_clip(self)
     act0, act1, act2 = p.activations
     f_in, f_out = R.gate_grid(self, act0, R.absmax_of(self, "sigmoid_in"), bits, p.threshold)
@@ -219,4 +211,4 @@ def _integer(node, p):
         h = qmath.requantize(fo * tanh_c, m4, s4, 0, qmin + 1, qmax)
         c = qmath.requantize(ctmp, steps_m[2 * t + 1], steps_s[2 * t + 1] - d, 0, qmin + 1, qmax)
         hs.append(h)
-    return [QT.store_output(node, v, t) for v, t in zip(_publish(node, p, hs, h, c), node.outputs)]
+    return [QT.store_output(node, v, t) for v, t in zip(_publish(p, hs, h, c), node.outputs)]

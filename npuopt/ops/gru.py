@@ -38,26 +38,14 @@ def _publish(p, hs, hlast):
     return [R.sequence_out(hs, p) if key == "H" else hlast for key in p.out_sequence]
 
 
-def gru_forward(self, *args):
-    p = R.read_params(self, OUT_SEQUENCES)
-    outs = _integer(self, p) if self.quantized else _float(self, p)
-    for t, v in zip(self.outputs, outs):
-        t.betensor = v
-    return outs[0] if len(outs) == 1 else outs
-
-
 def _float(node, p):
-    x = node.inputs[0].betensor
-    dtype, wide = x.dtype, torch.float64
-    xs = R.sequence_in(x.to(wide), p)
+    dtype, xs, w, b = R.float_operands(node, p)
     batch, H, I = xs.shape[0], p.cell_size, p.input_size
-    w = node.get_constant("weights").betensor.to(wide)
-    b = node.get_constant("biases").betensor.to(wide)
     act0, act1 = p.functions
     xg = xs @ w[:2 * H, :I].T + b[:2 * H]
     xc = xs @ w[2 * H:, :I].T + b[2 * H:3 * H]
     wgh, wch = w[:2 * H, I:].T, w[2 * H:, I:].T
-    h = R.initial_state(node.inputs[1], batch, wide)
+    h = R.initial_state(node.inputs[1], batch, w.dtype)
     hs, gates_in, cand_in, hidden = [], [], [], []
     for t in range(p.time_steps):
         g = R.gate_input(xg[:, t] + h @ wgh, p)
@@ -89,7 +77,7 @@ def gru_quantize(self, *args):
     H, I = p.cell_size, p.input_size
     x = self.inputs[0]
     sx = float(x.scale)
-    sh, _ = R.state_grid(self, 1, R.symmetric_scale(R.absmax_of(self, "h"), bits), bits)
+    sh = R.state_grid(self, 1, R.symmetric_scale(R.absmax_of(self, "h"), bits), bits)
     act0, act1 = p.activations
     f_in, f_out = R.gate_grid(self, act0, R.absmax_of(self, "gates_in"), bits, p.threshold, exact_unit=True)
     g_in, g_out = R.gate_grid(self, act1, R.absmax_of(self, "cand_in"), bits, p.threshold)
@@ -145,12 +133,12 @@ def _weights(node, per_channel, blocks, v1, bits, x):
 
 @op_register(OpType.GRUv3, "1.0")
 def gruv3_forward(self, *args):
-    return gru_forward(self, *args)
+    return R.forward(self, OUT_SEQUENCES, _float, _integer)
 
 
 @op_register(OpType.GRUv1, "1.0")
 def gruv1_forward(self, *args):
-    return gru_forward(self, *args)
+    return R.forward(self, OUT_SEQUENCES, _float, _integer)
 
 
 @quant_register(OpType.GRUv3, "1.0")
