@@ -11,9 +11,9 @@ PARSER_TYPES_DOC = SHARED_DATA.parent / "docs" / "parser-layer-types.md"
 
 # parser layer types without a forward yet (issue 45's and RotaryEmbedding, issue 44's)
 NOT_YET = """
-AccidentalHits BasicLSTM BatchToSpaceND ConvInteger Count EmbeddingLookupSparse FakeQuantWithMinMaxVars GRUv1
-GRUv3 InTopK MatMulInteger NormalizedMoments OverlapAdd Preprocess QueryRebatch ReverseSequence RgbToYuv
-RotaryEmbedding SegmentReduce SlotUpdate SufficientStatistics YuvToRgb ZeroFraction
+AccidentalHits BatchToSpaceND ConvInteger Count EmbeddingLookupSparse FakeQuantWithMinMaxVars InTopK
+MatMulInteger NormalizedMoments OverlapAdd Preprocess QueryRebatch RgbToYuv RotaryEmbedding SegmentReduce
+SlotUpdate SufficientStatistics YuvToRgb ZeroFraction
 """.split()
 
 # layer types with a forward and no quantize function, and why (docs/ir-ops.md)
