@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # op_cases/, als
 import op_cases  # noqa: E402
 from op_cases.common import Case, write_case_data  # noqa: E402
 
+from npuopt.dtype import Dtype  # noqa: E402
 from npuopt.ir import write_graph  # noqa: E402
 from npuopt.ir.builder import GraphBuilder  # noqa: E402
 
@@ -50,7 +51,8 @@ def write_case(case: Case, root: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     b = GraphBuilder(case.name)
-    names = [b.input(f"in{i}", (1,) + shape) for i, shape in enumerate(case.inputs)]
+    dtypes = [Dtype.from_name(d) for d in case.dtypes] or [Dtype.FP32] * len(case.inputs)
+    names = [b.input(f"in{i}", (1,) + shape, dtype=d) for i, (shape, d) in enumerate(zip(case.inputs, dtypes))]
     outputs = case.build(b, rng, names)
     write_graph(b.build(outputs), os.path.join(folder, case.name + ".txt"))
     write_case_data(folder, case, rng)

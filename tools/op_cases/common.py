@@ -24,6 +24,7 @@ class Case:
     data: Callable = None                    # data(rng, shapes, n, value_range, run) -> arrays; default uniform
     parser: Dict[str, str] = field(default_factory=dict)  # parser cases: more [Common] fields of parser.cfg
     run_samples: int = 4                     # samples of in*.npy; 1 where the IR addresses batch 1 in constants
+    dtypes: Tuple[str, ...] = ()             # the inputs' IR dtypes (default float32): uint8 pixels
 
 
 # ---- layer helpers -------------------------------------------------------------
