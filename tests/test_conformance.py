@@ -90,6 +90,11 @@ OPT_RANDOM_REGIONS = ("OPT limitation: FractionalPool with seed 0 draws its pool
                       "generator, new ones on every forward; npuopt pools the fixed regions of seed 5489")
 # op tests of FractionalPool with seed 0: OPT's regions are random (OPT_RANDOM_REGIONS)
 RANDOM_REGION_CASES = ("fractional_pool_seed0",)
+OPT_NO_PREPROCESS = ("OPT limitation: OPT 4.2 has no Preprocess op (its OptForward stops: unsupported op); npuopt "
+                     "follows the parser's definition, checked against NumPy in tests/test_ops_signal.py")
+OPT_NUMPY_REPR = ("OPT limitation: the parser, under NumPy 2, writes list params as NumPy reprs (block_size="
+                  "[np.int32(2),...]), which OPT's reader takes as strings; npuopt reads the numbers (and writes them "
+                  "plainly in the quantized IR, which OPT reads)")
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
 
@@ -286,7 +291,14 @@ def check_conformance(run: Run, record_property, float32_sums_differ: bool = Fal
     if problems and float32_sums_differ and any(t in problems[-1] for t in FLOAT32_SUM_TYPES):
         pytest.xfail(f"{FLOAT32_SUMS}: {problems[-1]}")
     expect_random_regions(random_regions, problems)
+    expect_no_preprocess(problems)
     assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
+
+
+def expect_no_preprocess(problems: List[str]) -> None:
+    """An expected failure (OPT_NO_PREPROCESS) where OPT stopped at a Preprocess layer."""
+    if any('unsupported op "OpType.Preprocess"' in p for p in problems):
+        pytest.xfail(OPT_NO_PREPROCESS)
 
 
 def expect_random_regions(random_regions: bool, problems: List[str]) -> None:
@@ -400,6 +412,10 @@ def test_op_float(case, op_float_runs, record_property):
         if output_problems:
             problems.append(first_difference(graph, opt))
     expect_random_regions(case in RANDOM_REGION_CASES, problems)
+    expect_no_preprocess(problems)
+    if any(p.startswith("OptForward stopped") for p in problems) and \
+            re.search(r"np\.(u?int|float)\d+\(", run.txt.read_text()):
+        pytest.xfail(OPT_NUMPY_REPR)
     assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
 
 

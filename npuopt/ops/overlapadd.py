@@ -10,6 +10,7 @@ is. An integer (unscaled) input keeps the layer in float (the tool chain's quant
 function fails on one)."""
 import torch
 
+from ..dtype import computing_float
 from ..errors import IRError
 from ..quant import tensors as QT
 from ..quant.fields import Rescale
@@ -44,7 +45,7 @@ def overlapadd_forward(self, *args):
     if self.quantized:
         out = overlap_add(self, QT.shifted(self.inputs[0]))
         return QT.store_output(self, Rescale.read(self).apply(out, top.zerop, top.qmin, top.qmax), top)
-    top.betensor = overlap_add(self, self.inputs[0].betensor.to(torch.float32))
+    top.betensor = overlap_add(self, computing_float(self.inputs[0].betensor))
     return top.betensor
 
 

@@ -12,6 +12,7 @@ camera reaches holds the top's real 0. An integer (unscaled) input keeps the lay
 float."""
 import torch
 
+from ..dtype import computing_float
 from ..errors import IRError
 from ..quant import tensors as QT
 from ..quant.fields import SHIFT_DTYPE, Rescale
@@ -38,7 +39,7 @@ def slotupdate_forward(self, *args):
     if self.quantized:
         values = QT.shifted(self.inputs[0])
     else:
-        values = queries.to(torch.float32)
+        values = computing_float(queries)
     out = torch.zeros((queries.shape[0], slots[1]) + tuple(queries.shape[3:]), dtype=values.dtype,
                       device=queries.device)
     for k, idx in enumerate(lists):
