@@ -5,11 +5,13 @@ by the parser's `gamut_preprocess` option (BT709, and the cfg's own coefficients
 QueryRebatch and SlotUpdate it merges from BEVFormer's patterns of Gathers and ScatterNDs
 over six cameras (ONNX, their index lists TopK indices of a second input).
 
-No Preprocess case: the parser writes that layer only with a parser plugin of that name
-installed (back pass `insert_preprocess`), whose own code then defines it.
+The parser writes a Preprocess layer after the graph inputs only where a parser plugin of
+that name is installed (its back pass `insert_preprocess`; the plugin's code defines what it
+computes): the Preprocess case installs one beside its model (an `aipubt_*` module in the
+parser's working folder) that copies each input, as the parser's own ArmPreprocessOp does.
 
-Every case runs one sample: the tool chain's forwards of these layers (OverlapAdd aside)
-take the IR's batch, and the BEV index lists are computed from the first sample."""
+The colour, BatchToSpaceND and BEV cases run one sample: the tool chain's forwards of those
+layers take the IR's batch, and the BEV index lists are computed from the first sample."""
 import numpy as np
 
 from op_cases.common import Case, uniform_inputs
@@ -143,6 +145,32 @@ def _slot_update(rng, path):
     _onnx(nodes, [("in0", [1, CAMERAS, slots, channels]), ("in1", [1, CAMERAS, slots])], [data], path, constants)
 
 
+PREPROCESS_PLUGIN = """\
+from AIPUBuilder.Parser.plugin_loader import PluginType, register_plugin
+from AIPUBuilder.Parser.plugin_op import ParserOp
+
+
+@register_plugin(PluginType.Parser, '1.0')
+class Preprocess(ParserOp):
+    op_type = 'Preprocess'
+
+    def infer_shape(self, input_tensors, *args):
+        return [t.copy() for t in input_tensors]
+"""
+
+
+def _preprocess(rng, path):
+    """Two inputs, a layer after each; the parser plugin beside the model makes the parser put
+    a Preprocess after the inputs."""
+    import os
+
+    from onnx import helper
+    with open(os.path.join(os.path.dirname(path), "aipubt_preprocess.py"), "w") as f:
+        f.write(PREPROCESS_PLUGIN)
+    _onnx([helper.make_node("Relu", ["in0"], ["relu"]), helper.make_node("Sigmoid", ["in1"], ["sigmoid"])],
+          [("in0", [1, 4, 5]), ("in1", [1, 3])], ["relu", "sigmoid"], path)
+
+
 def _pixels(rng, shapes, n, value_range, run):
     """Pixel values over 0..255 for the uint8 input the parser makes: uint8 calibration data,
     float32 run data (npuopt-run quantizes floats with the input's scale 1)."""
@@ -160,7 +188,7 @@ SELF = dict(gamut_conversion="SELF", coefficient_dtype="int16")
 # the data shapes of the colour cases are those of the IR the parser makes (its input replaced)
 CASES = [
     Case("parser_tf_overlap_add", "TensorFlow's signal.overlap_and_add at steps 2, 1 and 3", [(3, 4, 6)],
-         _overlap_add, parser=_outputs(3), run_samples=1),
+         _overlap_add, parser=_outputs(3)),
     Case("parser_tf_batch_to_space_nd", "TensorFlow's 5-D batch_to_space with crops", [(8, 2, 3, 2, 3)],
          _batch_to_space_nd, parser=TF, run_samples=1),
     Case("parser_rgb_to_yuv", "the parser's gamut_preprocess RgbToYuv (BT709) before a 4x6 image's I420 input",
@@ -177,6 +205,8 @@ CASES = [
          [(36,)], _relu_model([3, 4, 6]), data=_pixels, run_samples=1,
          parser=_gamut("YuvToRgb", input_shape="[1,3,4,6]", coefficient=INT_YUV_TO_RGB,
                        coefficient_shift="8", **SELF)),
+    Case("parser_preprocess", "the Preprocess the parser puts after two inputs with a Preprocess parser plugin",
+         [(4, 5), (3,)], _preprocess),
     Case("parser_query_rebatch", "BEVFormer's query rebatching over six cameras (QueryRebatch)",
          [(5, 4), (CAMERAS, 5)], _query_rebatch, run_samples=1),
     Case("parser_slot_update", "BEVFormer's slot update from six cameras (SlotUpdate)",
