@@ -84,17 +84,17 @@ ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected", "float16_conv": "lay
 # another order) pass through the integer layers after them and grow to a few LSBs
 OP_TESTS_ONLY = ("float16_conv",)
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
+OPT_NO_PREPROCESS = ("OPT limitation: OPT 4.2 has no Preprocess op (its OptForward stops: unsupported op); npuopt "
+                     "follows the parser's definition, checked against NumPy in tests/test_ops_signal.py")
+OPT_NUMPY_REPR = ("OPT limitation: the parser, under NumPy 2, writes list params as NumPy reprs (block_size="
+                  "[np.int32(2),...]), which OPT's reader takes as strings; npuopt reads the numbers (and writes them "
+                  "plainly in the quantized IR, which OPT reads)")
 OPT_WHERE_LIMITATION = ("OPT limitation: its float Where of two integer tensors (ArgMinMax indices) reads "
                         "the quantized layer's scale_value, which a float IR has not")
 OPT_RANDOM_REGIONS = ("OPT limitation: FractionalPool with seed 0 draws its pooling regions from torch's global "
                       "generator, new ones on every forward; npuopt pools the fixed regions of seed 5489")
 # op tests of FractionalPool with seed 0: OPT's regions are random (OPT_RANDOM_REGIONS)
 RANDOM_REGION_CASES = ("fractional_pool_seed0",)
-OPT_NO_PREPROCESS = ("OPT limitation: OPT 4.2 has no Preprocess op (its OptForward stops: unsupported op); npuopt "
-                     "follows the parser's definition, checked against NumPy in tests/test_ops_signal.py")
-OPT_NUMPY_REPR = ("OPT limitation: the parser, under NumPy 2, writes list params as NumPy reprs (block_size="
-                  "[np.int32(2),...]), which OPT's reader takes as strings; npuopt reads the numbers (and writes them "
-                  "plainly in the quantized IR, which OPT reads)")
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
 

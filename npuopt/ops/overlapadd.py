@@ -41,19 +41,31 @@ def overlap_add(node, frames: torch.Tensor) -> torch.Tensor:
 @op_register(OpType.OverlapAdd, "1.0")
 def overlapadd_forward(self, *args):
     check_inputs(self, (1,))
-    top = self.outputs[0]
     if self.quantized:
-        out = overlap_add(self, QT.shifted(self.inputs[0]))
-        return QT.store_output(self, Rescale.read(self).apply(out, top.zerop, top.qmin, top.qmax), top)
-    top.betensor = overlap_add(self, computing_float(self.inputs[0].betensor))
-    return top.betensor
+        return requantized_sums(self, overlap_add(self, QT.shifted(self.inputs[0])))
+    self.outputs[0].betensor = overlap_add(self, computing_float(self.inputs[0].betensor))
+    return self.outputs[0].betensor
+
+
+def sums_rescale(node) -> Rescale:
+    """What the layers that add up their input's values (OverlapAdd, SlotUpdate) quantize as
+    the tool chain does: the top from calibration, signed as the input; the rescale of the
+    sums of q + zp_in into it, with activation_bits multipliers. An integer (unscaled)
+    input keeps the layer in float."""
+    QT.check_quantized_inputs(node)
+    inp, out = node.inputs[0], node.outputs[0]
+    if inp.qinvariant:
+        raise QT.Unsupported(f"layer '{node.name}' ({node.type}): an integer (unscaled) input is kept in float")
+    QT.quantize_activation(node, out, signed=inp.dtype.is_signed)
+    return Rescale.from_ratio(out.scale / inp.scale, settings_of(node).activation_bits)
+
+
+def requantized_sums(node, sums: torch.Tensor) -> torch.Tensor:
+    """The integer sums through the layer's rescale into its top."""
+    top = node.outputs[0]
+    return QT.store_output(node, Rescale.read(node).apply(sums, top.zerop, top.qmin, top.qmax), top)
 
 
 @quant_register(OpType.OverlapAdd, "1.0")
 def overlapadd_quantize(self, *args):
-    QT.check_quantized_inputs(self)
-    inp, out = self.inputs[0], self.outputs[0]
-    if inp.qinvariant:
-        raise QT.Unsupported(f"layer '{self.name}' (OverlapAdd): an integer (unscaled) input is kept in float")
-    QT.quantize_activation(self, out, signed=inp.dtype.is_signed)
-    Rescale.from_ratio(out.scale / inp.scale, settings_of(self).activation_bits).write(self)
+    sums_rescale(self).write(self)

@@ -15,9 +15,9 @@ import torch
 from ..dtype import computing_float
 from ..errors import IRError
 from ..quant import tensors as QT
-from ..quant.fields import SHIFT_DTYPE, Rescale
-from ..quant.settings import settings_of
+from ..quant.fields import SHIFT_DTYPE
 from ..registry import OpType, op_register, quant_register
+from .overlapadd import requantized_sums, sums_rescale
 from .queryrebatch import camera_lists
 
 
@@ -44,20 +44,14 @@ def slotupdate_forward(self, *args):
                       device=queries.device)
     for k, idx in enumerate(lists):
         out.index_add_(1, idx.to(out.device), values[:, k, :idx.numel()])
-    top = self.outputs[0]
     if self.quantized:
-        return QT.store_output(self, Rescale.read(self).apply(out, top.zerop, top.qmin, top.qmax), top)
-    top.betensor = out
+        return requantized_sums(self, out)
+    self.outputs[0].betensor = out
     return out
 
 
 @quant_register(OpType.SlotUpdate, "1.0")
 def slotupdate_quantize(self, *args):
-    QT.check_quantized_inputs(self)
-    inp, out = self.inputs[0], self.outputs[0]
-    if inp.qinvariant:
-        raise QT.Unsupported(f"layer '{self.name}' (SlotUpdate): integer (unscaled) queries are kept in float")
-    QT.quantize_activation(self, out, signed=inp.dtype.is_signed)
-    rescale = Rescale.from_ratio(out.scale / inp.scale, settings_of(self).activation_bits)
-    rescale.shift_type = SHIFT_DTYPE
+    rescale = sums_rescale(self)
+    rescale.shift_type = SHIFT_DTYPE   # the tool chain writes int8 whatever the shift
     rescale.write(self)
