@@ -11,7 +11,6 @@ import torch
 
 from op_cases.common import Case
 
-ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
 # the parser's BT709 coefficients (float, shift 0) and the tool chain's integer ones (RgbToYuv: shift 10,
 # YuvToRgb: shift 8)
 BT709_RGB_TO_YUV = [0, 0, 0, 0, 128, 128, 0.2126, 0.7152, 0.0722, -0.114572, -0.385428, 0.5, 0.5, -0.454153,
@@ -97,7 +96,6 @@ def _bev(b, rng, x):
 
 CASES = [
     Case("overlap_add", "OverlapAdd at steps 2, 1 (default) and 6, and of a RELU", [(3, 4, 6)], _overlap_add),
-    Case("overlap_add_asym", "OverlapAdd with asymmetric activations", [(3, 4, 6)], _overlap_add, ASYM),
     Case("rgb_to_yuv", "RgbToYuv with integer and BT709 float coefficients, input offsets on an odd-sized image",
          [(4, 6, 3), (3, 5, 3)], _rgb_to_yuv, data=pixels, dtypes=("uint8", "uint8"), run_samples=1),
     Case("yuv_to_rgb", "YuvToRgb with integer and BT709 float coefficients, output offsets on an odd height",
@@ -107,6 +105,4 @@ CASES = [
          [(4, 2, 3, 2, 3)], _batch_to_space_nd, run_samples=1),
     Case("bev_rebatch_slots", "QueryRebatch for three cameras, SlotUpdate back into six slots",
          [(6, 4), (3, 4, 4)], _bev, run_samples=1),
-    Case("bev_rebatch_slots_asym", "QueryRebatch and SlotUpdate with asymmetric activations",
-         [(6, 4), (3, 4, 4)], _bev, ASYM, run_samples=1),
 ]
