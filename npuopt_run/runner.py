@@ -214,7 +214,8 @@ class Runner:
     def check_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool, files: Sequence[str] = ()) -> None:
         """The inputs against the IR from their shapes and dtypes alone (no value is read, so
         memory-mapped files cost nothing): one per graph input, the IR's shape after the
-        batch axis, real numbers, integers exactly when `integer_input`. `files` name them."""
+        batch axis, real numbers, integers exactly when `integer_input` (or where the input holds
+        unscaled integers, indices or lengths: they are their own values). `files` name them."""
         names = self.model.inputs
         if len(arrays) != len(names):
             raise RefrunError(f"the model takes {len(names)} input(s) ({', '.join(names)}), "
@@ -232,7 +233,7 @@ class Runner:
                 continue
             if integer_input and not np.issubdtype(x.dtype, np.integer):
                 raise RefrunError(f"{who}: --integer-input needs an integer array, got {x.dtype}")
-            if not integer_input and np.issubdtype(x.dtype, np.integer):
+            if not integer_input and np.issubdtype(x.dtype, np.integer) and not info.unscaled:
                 raise RefrunError(f"{who} is an integer array ({x.dtype}): pass --integer-input to "
                                   f"take it as quantized {info.dtype.name} values, or give floats to quantize")
 
@@ -247,7 +248,7 @@ class Runner:
                 values.append(minifloat.quantize(x, info.quant(info.producer)[0], info.dtype.name))
             elif not info.is_int:
                 values.append(to_float_type(x.astype(np.float32), info.dtype.name))
-            elif integer_input:
+            elif integer_input or (info.unscaled and np.issubdtype(x.dtype, np.integer)):
                 x = x.astype(np.int64)
                 lo, hi = info.dtype.qmin, info.dtype.qmax
                 if x.size and (x.min() < lo or x.max() > hi):

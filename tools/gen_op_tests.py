@@ -51,8 +51,8 @@ def write_case(case: Case, root: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     b = GraphBuilder(case.name)
-    dtypes = [Dtype.from_name(d) for d in case.dtypes] or [Dtype.FP32] * len(case.inputs)
-    names = [b.input(f"in{i}", (1,) + shape, dtype=d) for i, (shape, d) in enumerate(zip(case.inputs, dtypes))]
+    names = [b.input(f"in{i}", (1,) + shape, dtype=Dtype.from_name(case.dtype_of(i)))
+             for i, shape in enumerate(case.inputs)]
     outputs = case.build(b, rng, names)
     write_graph(b.build(outputs), os.path.join(folder, case.name + ".txt"))
     write_case_data(folder, case, rng)

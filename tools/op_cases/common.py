@@ -24,7 +24,14 @@ class Case:
     data: Callable = None                    # data(rng, shapes, n, value_range, run) -> arrays; default uniform
     parser: Dict[str, str] = field(default_factory=dict)  # parser cases: more [Common] fields of parser.cfg
     run_samples: int = 4                     # samples of in*.npy; 1 where the IR addresses batch 1 in constants
-    dtypes: Tuple[str, ...] = ()             # the inputs' IR dtypes (default float32): uint8 pixels
+    dtypes: Tuple[str, ...] = ()             # the inputs' IR dtypes (int8, int32, ...); float32 where not given
+
+    def dtype_of(self, i: int) -> str:
+        return self.dtypes[i] if i < len(self.dtypes) else "float32"
+
+    def typed(self, arrays):
+        """The data of the inputs whose dtypes are given, in those dtypes."""
+        return [x.astype(self.dtypes[i]) if i < len(self.dtypes) else x for i, x in enumerate(arrays)]
 
 
 # ---- layer helpers -------------------------------------------------------------
@@ -110,11 +117,12 @@ exec sh "$(dirname "$0")/../run_one.sh" "$(dirname "$0")"
 def write_case_data(folder: str, case, rng, writer: str = "gen_op_tests.py") -> None:
     """calib.npy (calib.npz with several inputs), in0.npy, in1.npy, ..., opt.cfg (the
     case's settings over CFG) and run.sh of a case (`inputs`, `doc`, `cfg`, `data`,
-    `calib_range`, `run_range` as in Case) into its folder, named after it."""
+    `calib_range`, `run_range` as in Case; the data in the inputs' `dtypes`) into its
+    folder, named after it."""
     name = os.path.basename(folder)
     data = case.data or uniform_inputs
-    calib = data(rng, case.inputs, CALIB_SAMPLES, case.calib_range, False)
-    run = data(rng, case.inputs, case.run_samples, case.run_range, True)
+    calib = case.typed(data(rng, case.inputs, CALIB_SAMPLES, case.calib_range, False))
+    run = case.typed(data(rng, case.inputs, case.run_samples, case.run_range, True))
     if len(case.inputs) == 1:
         np.save(os.path.join(folder, "calib.npy"), calib[0])
         dataset, ext = "NumpyDataset", "npy"

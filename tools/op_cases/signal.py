@@ -21,10 +21,8 @@ INT_YUV_TO_RGB = [0, 128, 128, 0, 0, 0, 256, 0, 403, 256, -48, -120, 256, 475, 0
 
 
 def pixels(rng, shapes, n, value_range, run):
-    """Pixel values over the whole 0..255 range: uint8 calibration data (the inputs' type); the
-    run's as float32 values, which npuopt-run quantizes with the inputs' scale 1 (integer
-    arrays would need its --integer-input)."""
-    return [rng.integers(0, 256, (n,) + s).astype(np.float32 if run else np.uint8) for s in shapes]
+    """Pixel values over the whole 0..255 range (the cases give the inputs' dtype, uint8)."""
+    return [rng.integers(0, 256, (n,) + s).astype(np.uint8) for s in shapes]
 
 
 def _overlap_add(b, rng, x):
