@@ -21,8 +21,8 @@ from ._movement import int_param
 FORMATS = ("I420",)
 
 
-def coefficients(node) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """(input offsets [3], output offsets [3], matrix [3, 3]) as float32, and the shift."""
+def coefficients(node, device="cpu") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(input offsets [3], output offsets [3], matrix [3, 3]) as float32 on `device`, and the shift."""
     values = node.get_param("coefficient")
     if not isinstance(values, list) or len(values) != 15 or \
             any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
@@ -33,7 +33,7 @@ def coefficients(node) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     if fmt not in FORMATS:
         raise IRError(f"layer '{node.name}' ({node.type}): format '{fmt}' is not supported (I420 is the only "
                       f"layout the tool chain computes)")
-    c = torch.tensor([float(v) for v in values], dtype=torch.float32)
+    c = torch.tensor([float(v) for v in values], dtype=torch.float32, device=device)
     return c[0:3], c[3:6], c[6:].reshape(3, 3), shift
 
 

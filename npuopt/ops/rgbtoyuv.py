@@ -28,8 +28,8 @@ def rgbtoyuv_forward(self, *args):
     if x.dim() != 4 or x.shape[-1] != 3:
         raise IRError(f"layer '{self.name}' (RgbToYuv): needs an NHWC RGB input [N, H, W, 3], got shape "
                       f"{list(x.shape)}")
-    in_offsets, out_offsets, matrix, shift = coefficients(self)
-    matrix, bias = matrix.to(x.device), (-in_offsets @ matrix + out_offsets * 2 ** shift + 512).to(x.device)
+    in_offsets, out_offsets, matrix, shift = coefficients(self, x.device)
+    bias = -in_offsets @ matrix + out_offsets * 2 ** shift + 512
     yuv = F.conv2d(nhwc_to_nchw(x).to(torch.float32), matrix.reshape(3, 3, 1, 1))
     yuv = torch.floor(yuv + bias.reshape(3, 1, 1)) * 0.5 ** shift
     rows = torch.cat([yuv[:, 0].reshape(x.shape[0], -1), yuv[:, 1:, ::2, ::2].reshape(x.shape[0], -1)], dim=-1)

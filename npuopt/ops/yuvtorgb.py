@@ -45,8 +45,7 @@ def yuvtorgb_forward(self, *args):
     if x.dim() != 2 or x.shape[1] != i420_size(height, width):
         raise IRError(f"layer '{self.name}' (YuvToRgb): an I420 input of a {height}x{width} image is [N, "
                       f"{i420_size(height, width)}], got shape {list(x.shape)}")
-    in_offsets, out_offsets, matrix, shift = (v.to(x.device) if torch.is_tensor(v) else v
-                                              for v in coefficients(self))
+    in_offsets, out_offsets, matrix, shift = coefficients(self, x.device)
     n, plane = x.shape[0], height * width
     y = x[:, :plane].reshape(n, 1, height, width).to(torch.float32)
     uv = x[:, plane:].reshape(n, 2, height // 2, width // 2).to(torch.float32)
