@@ -63,6 +63,7 @@ DTYPES = _dtypes()
 
 _MISSING = object()
 _INT = re.compile(r"[+-]?\d+\Z")
+_NUMPY_SCALAR = re.compile(r"np\.(?:u?int\d+|float\d+)\((.*)\)\Z")  # NumPy 2's repr (the parser's lists)
 _TOKENS = re.compile(r"\[|\]|,|[^\[\],]+")
 
 
@@ -119,6 +120,9 @@ def parse_names(text: str) -> List[str]:
 
 
 def _scalar(tok: str):
+    numpy_scalar = _NUMPY_SCALAR.match(tok)
+    if numpy_scalar:
+        tok = numpy_scalar.group(1)
     if tok in ("true", "false"):
         return tok == "true"
     if _INT.match(tok):

@@ -241,6 +241,45 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str, 
     return errors[0]
 
 
+def assert_op_test_edit_stops_npuopt(tmp_path: Path, case: str, layer: str, key: str, value: str,
+                                      message: str) -> None:
+    """The op test `case` with `key` of `layer` set to `value`, through `npuopt --cfg` (in this
+    process): one error line naming the layer and `message`, exit 1, no traceback, nothing written."""
+    folder = REPO / "op_tests" / case
+    for suffix in (".txt", ".bin"):
+        shutil.copyfile(folder / f"{case}{suffix}", tmp_path / f"{case}{suffix}")
+    edit_ir(tmp_path / f"{case}.txt", layer, key, value)
+    out = tmp_path / "out"
+    single = (folder / "calib.npy").is_file()
+    cfg = write_cfg(tmp_path / "opt.cfg", graph=tmp_path / f"{case}.txt", bin=tmp_path / f"{case}.bin",
+                    model_name=case, dataset="NumpyDataset" if single else "NumpyMultiInputDataset",
+                    calibration_data=folder / ("calib.npy" if single else "calib.npz"), output_dir=out)
+    result = run_in_process("--cfg", cfg)
+    report = f"exit {result.exit_code}\n{result.output}"
+    errors = [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]
+    assert result.exit_code == 1 and "Traceback" not in result.output, report
+    assert len(errors) == 1 and errors[0] == result.stderr.rstrip("\n").splitlines()[-1], report
+    assert f"layer '{layer}'" in errors[0] and message in errors[0], report
+    assert not out.exists() or not any(out.iterdir())
+
+
+def assert_edit_stops_npuopt_run(quantized: Path, tmp_path: Path, inputs, layer: str, key: str, value: str,
+                                 message: str) -> None:
+    """npuopt-run on a copy of the quantized IR with `key` of `layer` set to `value` (inputs: the
+    .npy files): one error line naming the layer and `message`, nothing written."""
+    ir = tmp_path / quantized.name
+    shutil.copyfile(quantized, ir)
+    shutil.copyfile(quantized.with_suffix(".bin"), ir.with_suffix(".bin"))
+    edit_ir(ir, layer, key, value)
+    given = [a for p in inputs for a in ("--input", str(p))]
+    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(ir), *given, "-o", str(tmp_path / "o.npz")],
+                            capture_output=True, text=True)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("npuopt-run: error:") and f"layer '{layer}'" in lines[0] and message in lines[0]
+    assert not (tmp_path / "o.npz").exists()
+
+
 def run_in_process(*args, verbose: bool = False):
     """`npuopt ARGS` through click in this process: cheap, for checks that need no clean process."""
     from click.testing import CliRunner

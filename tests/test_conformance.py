@@ -84,6 +84,11 @@ ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected", "float16_conv": "lay
 # another order) pass through the integer layers after them and grow to a few LSBs
 OP_TESTS_ONLY = ("float16_conv",)
 FLOAT_TOLERANCE = 1e-5  # float outputs: relative to the output's largest magnitude (at least 1)
+OPT_NO_PREPROCESS = ("OPT limitation: OPT 4.2 has no Preprocess op (its OptForward stops: unsupported op); npuopt "
+                     "follows the parser's definition, checked against NumPy in tests/test_ops_signal.py")
+OPT_NUMPY_REPR = ("OPT limitation: the parser, under NumPy 2, writes list params as NumPy reprs (block_size="
+                  "[np.int32(2),...]), which OPT's reader takes as strings; npuopt reads the numbers (and writes them "
+                  "plainly in the quantized IR, which OPT reads)")
 OPT_WHERE_LIMITATION = ("OPT limitation: its float Where of two integer tensors (ArgMinMax indices) reads "
                         "the quantized layer's scale_value, which a float IR has not")
 OPT_INTEGER_MOD_LIMITATION = ("OPT limitation: it reads the Mod of two integer tensors in a float IR without the "
@@ -314,7 +319,14 @@ def check_conformance(run: Run, record_property, float32_sums_differ: bool = Fal
         if problems and float32_sums_differ and any(t in problems[-1] for t in types):
             pytest.xfail(f"{reason}: {problems[-1]}")
     expect_random_regions(random_regions, problems)
+    expect_no_preprocess(problems)
     assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
+
+
+def expect_no_preprocess(problems: List[str]) -> None:
+    """An expected failure (OPT_NO_PREPROCESS) where OPT stopped at a Preprocess layer."""
+    if any('unsupported op "OpType.Preprocess"' in p for p in problems):
+        pytest.xfail(OPT_NO_PREPROCESS)
 
 
 def expect_random_regions(random_regions: bool, problems: List[str]) -> None:
@@ -460,6 +472,10 @@ def test_op_float(case, op_float_runs, record_property):
         if output_problems:
             problems.append(first_difference(graph, opt))
     expect_random_regions(case in RANDOM_REGION_CASES, problems)
+    expect_no_preprocess(problems)
+    if any(p.startswith("OptForward stopped") for p in problems) and \
+            re.search(r"np\.(u?int|float)\d+\(", run.txt.read_text()):
+        pytest.xfail(OPT_NUMPY_REPR)
     assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
 
 

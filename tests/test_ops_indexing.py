@@ -13,7 +13,7 @@ from npuopt.ir.builder import GraphBuilder
 from npuopt.registry import OP_FORWARDS, has_data_dependent_shapes, op_register, register_optype
 from test_ops_float import close, run
 
-from conftest import REPO, edit_ir, run_in_process, write_cfg
+from conftest import REPO, assert_edit_stops_npuopt_run, assert_op_test_edit_stops_npuopt
 
 torch.manual_seed(0)
 REDUCE = {"ADD": np.add, "MUL": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
@@ -146,22 +146,7 @@ def test_one_line_errors(optype, inputs, params, n_tops, message):
 def test_bad_params_stop_npuopt_with_one_line(tmp_path, case, layer, key, value, message):
     """Through `npuopt --cfg` (in this process): one error line naming the layer, exit 1, no
     traceback, nothing written."""
-    folder = REPO / "op_tests" / case
-    for suffix in (".txt", ".bin"):
-        (tmp_path / f"{case}{suffix}").write_bytes((folder / f"{case}{suffix}").read_bytes())
-    edit_ir(tmp_path / f"{case}.txt", layer, key, value)
-    out = tmp_path / "out"
-    single = (folder / "calib.npy").is_file()
-    cfg = write_cfg(tmp_path / "opt.cfg", graph=tmp_path / f"{case}.txt", bin=tmp_path / f"{case}.bin",
-                    model_name=case, dataset="NumpyDataset" if single else "NumpyMultiInputDataset",
-                    calibration_data=folder / ("calib.npy" if single else "calib.npz"), output_dir=out)
-    result = run_in_process("--cfg", cfg)
-    report = f"exit {result.exit_code}\n{result.output}"
-    errors = [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]
-    assert result.exit_code == 1 and "Traceback" not in result.output, report
-    assert len(errors) == 1 and errors[0] == result.stderr.rstrip("\n").splitlines()[-1], report
-    assert f"layer '{layer}'" in errors[0] and message in errors[0], report
-    assert not out.exists() or not any(out.iterdir())
+    assert_op_test_edit_stops_npuopt(tmp_path, case, layer, key, value, message)
 
 
 # ---- shapes that follow the data -------------------------------------------------------
@@ -245,18 +230,5 @@ def quantized_scatter_nd(tmp_path_factory):
 ])
 def test_npuopt_run_bad_params_are_one_line(quantized_scatter_nd, tmp_path, layer, key, value, message):
     """npuopt-run on a quantized IR with a bad param: one error line naming the layer, nothing written."""
-    import shutil
-    import subprocess
-    import sys
-    folder = REPO / "op_tests" / "scatter_nd"
-    ir = tmp_path / "scatter_nd_o.txt"
-    shutil.copyfile(quantized_scatter_nd, ir)
-    shutil.copyfile(quantized_scatter_nd.with_suffix(".bin"), ir.with_suffix(".bin"))
-    edit_ir(ir, layer, key, value)
-    inputs = [a for i in range(3) for a in ("--input", str(folder / f"in{i}.npy"))]
-    result = subprocess.run([sys.executable, "-m", "npuopt_run.cli", str(ir), *inputs, "-o", str(tmp_path / "o.npz")],
-                            capture_output=True, text=True)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert lines[0].startswith("npuopt-run: error:") and f"layer '{layer}'" in lines[0] and message in lines[0]
-    assert not (tmp_path / "o.npz").exists()
+    inputs = [REPO / "op_tests" / "scatter_nd" / f"in{i}.npy" for i in range(3)]
+    assert_edit_stops_npuopt_run(quantized_scatter_nd, tmp_path, inputs, layer, key, value, message)

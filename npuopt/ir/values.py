@@ -7,6 +7,8 @@ import math
 import re
 
 _INT = re.compile(r"[+-]?\d+\Z")
+# a NumPy scalar's repr, as the tool chain's parser writes list params under NumPy 2 (`block_size=[np.int32(2)]`)
+_NUMPY_SCALAR = re.compile(r"np\.(?:u?int\d+|float\d+)\((.*)\)\Z")
 MAX_DEPTH = 32  # lists nest a few levels in any IR; far deeper is a broken file, not a recursion error
 
 
@@ -39,6 +41,9 @@ def parse_name_list(text: str):
 
 
 def _parse_scalar(tok: str):
+    numpy_scalar = _NUMPY_SCALAR.match(tok)
+    if numpy_scalar:
+        tok = numpy_scalar.group(1)
     if tok == "true":
         return True
     if tok == "false":

@@ -9,7 +9,7 @@ from ..registry import OpType, op_register, quant_register
 
 def _pairs(node):
     if len(node.inputs) != len(node.outputs):
-        raise IRError(f"layer '{node.name}' (Dummy): {len(node.inputs)} inputs for {len(node.outputs)} tops "
+        raise IRError(f"layer '{node.name}' ({node.type}): {len(node.inputs)} inputs for {len(node.outputs)} tops "
                       f"(one top per input)")
     return zip(node.inputs, node.outputs)
 
