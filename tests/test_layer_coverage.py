@@ -11,9 +11,8 @@ PARSER_TYPES_DOC = SHARED_DATA.parent / "docs" / "parser-layer-types.md"
 
 # parser layer types without a forward yet (issue 45's and RotaryEmbedding, issue 44's)
 NOT_YET = """
-AccidentalHits BatchToSpaceND ConvInteger Count EmbeddingLookupSparse FakeQuantWithMinMaxVars InTopK
-MatMulInteger NormalizedMoments OverlapAdd Preprocess QueryRebatch RgbToYuv RotaryEmbedding SegmentReduce
-SlotUpdate SufficientStatistics YuvToRgb ZeroFraction
+AccidentalHits ConvInteger Count EmbeddingLookupSparse FakeQuantWithMinMaxVars InTopK MatMulInteger
+NormalizedMoments RotaryEmbedding SegmentReduce SufficientStatistics ZeroFraction
 """.split()
 
 # layer types with a forward and no quantize function, and why (docs/ir-ops.md)
