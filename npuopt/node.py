@@ -109,6 +109,11 @@ class NodeAttrs(dict):
         return self[key] if key in self else default
 
 
+def _inserted(tensors, t, idx: int) -> list:
+    k = max(0, min(idx if idx >= 0 else len(tensors) + 1 + idx, len(tensors)))
+    return list(tensors[:k]) + [t] + list(tensors[k:])
+
+
 class PyNode:
     """A layer: its type, params (IR keys, in order), constants, and tensors.
 
@@ -197,6 +202,14 @@ class PyNode:
                                   lambda self, v: self.attrs.__setitem__("current_batch_size", v))
     unquantifiable = property(lambda self: bool(self.params.get("unquantifiable", False)),
                               lambda self, v: self.params.__setitem__("unquantifiable", v))
+
+    def add_input(self, t: PyTensor, idx: int = -1) -> None:
+        """Insert `t` among the inputs (at `idx`, -1 for last; clamped), as the Compass
+        Optimizer's PyNode does: OPT users' plugins build standalone layers with it."""
+        self.inputs = _inserted(self.inputs, t, idx)
+
+    def add_output(self, t: PyTensor, idx: int = -1) -> None:
+        self.outputs = _inserted(self.outputs, t, idx)
 
     def replace_input_temporarily(self, idx: int, t: PyTensor) -> PyTensor:
         """Put `t` in place of input `idx` (clamped to the inputs); returns the old one."""

@@ -135,7 +135,8 @@ def select(node, scores: torch.Tensor, boxes: torch.Tensor, threshold, class_num
 
 
 @op_register(OpType.DecodeBox, "1.0")
-def decodebox_forward(self, *args):
+def decodebox_ssd(self, *args):
+    """OPT's name: OPT users' SSD post-processing plugins import it from this module."""
     scores, deltas = checked_inputs(self)
     p = params(self, scores.shape[2])
     if self.quantized:

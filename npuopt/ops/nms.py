@@ -207,7 +207,8 @@ def one_sample(node, boxes, counts, total, scores, method: str, threshold, rooms
 
 
 @op_register(OpType.NMS, "1.0")
-def nms_forward(self, *args):
+def Nms(self, *args):   # noqa: N802
+    """OPT's name: OPT users' SSD post-processing plugins import it from this module."""
     boxes, counts, total, scores = checked_inputs(self)
     method = method_of(self)
     rooms = B.top_size(self, 0, 1), B.top_size(self, 1, 1)
