@@ -244,6 +244,45 @@ def test_node_attrs_and_get_param():
     assert old.name == "x" and node.inputs[0].name == "y"
 
 
+def test_standalone_decodebox_and_nms_as_opt_plugins_build_them():
+    """OPT users' SSD post-processing plugins build layers outside a graph with
+    PyNode.add_input/add_output and call the forwards OPT's op modules export."""
+    from npuopt.framework import TensorShape
+    from npuopt.ops.decodebox import decodebox_ssd
+    from npuopt.ops.nms import Nms
+
+    def layer(optype, params, ins, outs, constants=()):
+        node = PyNode(optype, optype)
+        for i, shape in enumerate(ins):
+            node.add_input(PyTensor(f"in{i}", TensorShape(shape)))
+        node.add_output(PyTensor("last", TensorShape(outs[-1])))
+        for i, shape in enumerate(outs[:-1]):
+            node.add_output(PyTensor(f"out{i}", TensorShape(shape)), i)  # inserted before the last
+        node.params.update(params)
+        for key, value in constants:
+            node.constants[key] = PyTensor(key, value)
+        return node
+
+    n, rooms = 8, 10
+    centres = torch.linspace(0.2, 0.8, n)
+    db = layer("DecodeBox", {"class_num": 2, "score_threshold": 0.5, "image_width": 64, "image_height": 64},
+               [[1, n, 3], [1, n, 4]], [[1, rooms, 4], [1, rooms], [1, 1], [1, rooms], [1, rooms]],
+               [("ycenter", centres), ("xcenter", centres), ("ha", torch.full((n,), 0.2)), ("wa", torch.full((n,), 0.2))])
+    assert [t.name for t in db.outputs] == ["out0", "out1", "out2", "out3", "last"]
+    db.inputs[0].betensor = torch.tensor([[[0.1, 0.9, 0.2]] * 3 + [[0.9, 0.1, 0.6]] * (n - 3)])
+    db.inputs[1].betensor = torch.zeros(1, n, 4)
+    boxes, box_counts, classes, class_ids, scores = decodebox_ssd(db)
+    assert classes.flatten().tolist() == [2]                 # columns 1 and 2 are the classes, 0 the background
+    assert box_counts[0, :2].tolist() == [3, n - 3]
+    nms = layer("NMS", {"iou_threshold": 0.5, "max_output_size": 4, "method": "HARD",
+                        "image_width": 64, "image_height": 64, "center_point_box": 0},
+                [[1, rooms, 4], [1, rooms], [1, 1], [1, rooms]], [[1, 4, 4], [1, rooms], [1, 4], [1, 4]])
+    for tensor, value in zip(nms.inputs, (boxes, box_counts, classes, scores)):
+        tensor.betensor = value
+    kept_boxes = Nms(nms)[0]
+    assert kept_boxes.shape == (1, 4, 4)
+
+
 def test_pytensor_from_ndarray_holds_a_torch_tensor():
     t = PyTensor("t", np.arange(6, dtype=np.int16).reshape(2, 3))
     assert isinstance(t.betensor, torch.Tensor) and t.dtype is Dtype.INT16 and t.ir_shape == (2, 3)
