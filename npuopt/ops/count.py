@@ -50,7 +50,8 @@ def count_forward(self, *args):
     discrete = bool_param(self, "discrete", True)
     x, out = self.inputs[0].betensor, self.outputs[0]
     counts = torch.stack([histogram(s, bins, lo, hi, discrete) for s in x]).to(torch.int64)
-    counts = counts.reshape((x.shape[0],) + tuple(out.ir_shape[1:]))
+    if len(out.ir_shape) > 1:  # the IR's layout of a sample's bins
+        counts = counts.reshape((x.shape[0],) + tuple(out.ir_shape[1:]))
     if self.quantized:
         return QT.store_output(self, counts, out)
     out.betensor = counts.to(torch.int32)

@@ -1,7 +1,9 @@
 """EmbeddingLookupSparse (TensorFlow's embedding_lookup_sparse): inputs params [V, ...]
 (the embedding table), indices (the sparse tensor's row of each id: 1-D, or its first
 column), ids (each row's ids into params) and weights (one per id); `combiner` SUM, MEAN
-or SQRTN (any case), `max_norm` NONE (the tool chain supports no other). Rows j = 0 ..
+or SQRTN (any case), `max_norm` NONE (the tool chain supports no other). Ids and
+weights past the indices (a batch's samples after the first) are not read, as the tool
+chain reads them. Rows j = 0 ..
 last index of the top combine params[ids] * weights over the ids whose index is j: SUM
 their sum, MEAN the sum / sum(weights), SQRTN the sum / sqrt(sum(weights^2)) (0 where the
 divisor is 0); a shape that follows the data. Indices must ascend and ids lie in [0, V).
@@ -53,9 +55,10 @@ def _operands(node):
     indices = indices.to(torch.int64)
     indices = indices if indices.dim() == 1 else indices.reshape(-1, indices.shape[-1])[:, 0]
     ids, weights = ids.reshape(-1).to(torch.int64), weights.reshape(-1)
-    if not indices.numel() == ids.numel() == weights.numel():
+    if ids.numel() != weights.numel() or indices.numel() > ids.numel():
         raise IRError(f"layer '{node.name}' (EmbeddingLookupSparse): {indices.numel()} indices, {ids.numel()} ids "
-                      f"and {weights.numel()} weights: one of each per id")
+                      f"and {weights.numel()} weights: one weight per id, one index per id")
+    ids, weights = ids[:indices.numel()], weights[:indices.numel()]  # ids past the indices (a batch's) unread
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= params.shape[0]):
         raise IRError(f"layer '{node.name}' (EmbeddingLookupSparse): ids must lie in [0, {params.shape[0]}), got "
                       f"{int(ids.min())}..{int(ids.max())}")
@@ -106,7 +109,8 @@ def _sqrtn_integers(node, sums, w, indices, count, out):
     lo, hi = qmath.integer_range(params_t.qbits, params_t.qmin + int(params_t.zerop) < 0)
     x = qmath.requantize(sums, r.multipliers[0], r.shifts[0], 0, lo, hi).to(torch.int64)
     y, e = times_rsqrt(x, r.multipliers[1], p, segment_sums(w * w, indices, count))
-    return qmath.requantize(y, 1, r.shifts[1] + e, out.zerop, out.qmin, out.qmax)
+    shift = r.shifts[1] + e  # per row
+    return qmath.requantize(y, torch.ones_like(shift), shift, out.zerop, out.qmin, out.qmax)
 
 
 @op_register(OpType.EmbeddingLookupSparse, "1.0", data_dependent_shapes=True)
