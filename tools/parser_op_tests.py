@@ -62,7 +62,8 @@ def parse(case: Case, parser_main: str, workdir: str, rng) -> str:
     model_type = fields.pop("model_type", "onnx")
     case.build(rng, os.path.join(workdir, MODEL_FILES[model_type]))
     inputs = ",".join(f"in{i}" for i in range(len(case.inputs)))
-    shapes = ",".join(str([1, *shape]).replace(" ", "") for shape in case.inputs)
+    # the inputs' shapes with a batch axis of 1, unless the case gives the parser's input_shape itself
+    shapes = fields.pop("input_shape", ",".join(str([1, *shape]).replace(" ", "") for shape in case.inputs))
     cfg = PARSER_CFG.format(name=case.name, model_type=model_type, model=MODEL_FILES[model_type], inputs=inputs,
                             shapes=shapes)
     cfg += "".join(f"{key} = {value}\n" for key, value in fields.items())

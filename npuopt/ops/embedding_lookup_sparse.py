@@ -1,9 +1,11 @@
 """EmbeddingLookupSparse (TensorFlow's embedding_lookup_sparse): inputs params [V, ...]
 (the embedding table), indices (the sparse tensor's row of each id: 1-D, or its first
 column), ids (each row's ids into params) and weights (one per id); `combiner` SUM, MEAN
-or SQRTN (any case), `max_norm` NONE (the tool chain supports no other). Ids and
-weights past the indices (a batch's samples after the first) are not read, as the tool
-chain reads them. Rows j = 0 ..
+or SQRTN (any case), `max_norm` NONE (the tool chain supports no other). The first n
+ids, weights and indices are read, n the fewest of them: ids past the indices (a batch's
+samples after the first) are not read, as the tool chain reads them, and fewer ids than
+indices (a zero-input forward's one id, where the IR's ids are a 1-D graph input) take
+the first indices and weights. Rows j = 0 ..
 last index of the top combine params[ids] * weights over the ids whose index is j: SUM
 their sum, MEAN the sum / sum(weights), SQRTN the sum / sqrt(sum(weights^2)) (0 where the
 divisor is 0); a shape that follows the data. Indices must ascend and ids lie in [0, V).
@@ -55,10 +57,11 @@ def _operands(node):
     indices = indices.to(torch.int64)
     indices = indices if indices.dim() == 1 else indices.reshape(-1, indices.shape[-1])[:, 0]
     ids, weights = ids.reshape(-1).to(torch.int64), weights.reshape(-1)
-    if ids.numel() != weights.numel() or indices.numel() > ids.numel():
+    n = min(ids.numel(), weights.numel(), indices.numel())  # the ids with an index and a weight
+    if not n:
         raise IRError(f"layer '{node.name}' (EmbeddingLookupSparse): {indices.numel()} indices, {ids.numel()} ids "
-                      f"and {weights.numel()} weights: one weight per id, one index per id")
-    ids, weights = ids[:indices.numel()], weights[:indices.numel()]  # ids past the indices (a batch's) unread
+                      f"and {weights.numel()} weights: nothing to look up")
+    indices, ids, weights = indices[:n], ids[:n], weights[:n]
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= params.shape[0]):
         raise IRError(f"layer '{node.name}' (EmbeddingLookupSparse): ids must lie in [0, {params.shape[0]}), got "
                       f"{int(ids.min())}..{int(ids.max())}")

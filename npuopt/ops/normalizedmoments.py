@@ -56,10 +56,10 @@ def normalizedmoments_forward(self, *args):
     sum_t, squares_t, shift_t = self.inputs
     mean_t, var_t = self.outputs
     if not self.quantized:
-        mean = computing_float(sum_t.betensor).to(torch.float32) / n
+        mean = computing_float(sum_t.betensor) / n
         square = mean * mean
-        mean_t.betensor = mean + computing_float(shift_t.betensor).to(torch.float32)
-        var_t.betensor = computing_float(squares_t.betensor).to(torch.float32) / n - square
+        mean_t.betensor = mean + computing_float(shift_t.betensor)
+        var_t.betensor = computing_float(squares_t.betensor) / n - square
         keep_internal(self, [square])
         return mean_t.betensor, var_t.betensor
     a = [t.betensor.to(torch.int64) + int(t.zerop) for t in self.inputs]

@@ -14,12 +14,12 @@ ONE_SAMPLE = dict(calibration_batch_size="1")
 ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
 
 
-def _one_sample(rng, shapes, n, value_range, run):
+def one_sample(rng, shapes, n, value_range, run):
     """Multiples of 1/8 (exact zeros and ties), n calibration samples, one run sample."""
     return [np.round(x * 8) / 8 for x in uniform_inputs(rng, shapes, 1 if run else n, value_range, run)]
 
 
-def _coarse(rng, shapes, n, value_range, run):
+def coarse(rng, shapes, n, value_range, run):
     """Multiples of 1/4: ties among predictions."""
     return [np.round(x * 4) / 4 for x in uniform_inputs(rng, shapes, n, value_range, run)]
 
@@ -142,26 +142,26 @@ def _zero_fraction(b, rng, x):
 
 CASES = [
     Case("segment_reduce", "SegmentReduce SUM by sorted ids with an empty segment, by short ids, of a RELU, and "
-         "by ids the data choose (one sample)", [(6, 4), (6, 3)], _segment_reduce, ONE_SAMPLE, data=_one_sample,
+         "by ids the data choose (one sample)", [(6, 4), (6, 3)], _segment_reduce, ONE_SAMPLE, data=one_sample,
          run_samples=1),
     Case("segment_reduce_asym", "the same with asymmetric activations (one sample)", [(6, 4), (6, 3)],
-         _segment_reduce, dict(ONE_SAMPLE, **ASYM), data=_one_sample, run_samples=1),
+         _segment_reduce, dict(ONE_SAMPLE, **ASYM), data=one_sample, run_samples=1),
     Case("segment_reduce_methods", "SegmentReduce MEAN, MAX, MIN, PROD (kept in float: the tool chain has SUM "
-         "only; one sample)", [(6, 4)], _segment_methods, ONE_SAMPLE, data=_one_sample, run_samples=1),
+         "only; one sample)", [(6, 4)], _segment_methods, ONE_SAMPLE, data=one_sample, run_samples=1),
     Case("embedding_lookup_sparse", "EmbeddingLookupSparse SUM, SQRTN, MEAN with signed and unsigned weights, and "
-         "by a column of 2-D indices (one sample)", [(6, 8), (6,)], _embedding, ONE_SAMPLE, data=_one_sample,
+         "by a column of 2-D indices (one sample)", [(6, 8), (6,)], _embedding, ONE_SAMPLE, data=one_sample,
          run_samples=1),
     Case("embedding_lookup_sparse_asym", "the same with asymmetric activations (one sample)", [(6, 8), (6,)],
-         _embedding, dict(ONE_SAMPLE, **ASYM), data=_one_sample, run_samples=1),
+         _embedding, dict(ONE_SAMPLE, **ASYM), data=one_sample, run_samples=1),
     Case("accidental_hits", "AccidentalHits of TopK classes and candidates, all hits and the first 3 (one sample)",
-         [(4, 6), (6,)], _accidental_hits, ONE_SAMPLE, data=_one_sample, run_samples=1),
-    Case("in_top_k", "InTopK with ties, k 1, 2, all and past the classes", [(6,), (6,)], _in_top_k, data=_coarse),
+         [(4, 6), (6,)], _accidental_hits, ONE_SAMPLE, data=one_sample, run_samples=1),
+    Case("in_top_k", "InTopK with ties, k 1, 2, all and past the classes", [(6,), (6,)], _in_top_k, data=coarse),
     Case("count", "Count: discrete bins, not discrete, of class ids (one sample)", [(20,), (10, 6)],
-         _count, ONE_SAMPLE, data=_one_sample, run_samples=1),
+         _count, ONE_SAMPLE, data=one_sample, run_samples=1),
     Case("count_asym", "the same with asymmetric activations (one sample)", [(20,), (10, 6)], _count,
-         dict(ONE_SAMPLE, **ASYM), data=_one_sample, run_samples=1),
+         dict(ONE_SAMPLE, **ASYM), data=one_sample, run_samples=1),
     Case("count_down", "Count from max down to min (one sample)", [(20,)], _count_down, ONE_SAMPLE,
-         data=_one_sample, run_samples=1),
+         data=one_sample, run_samples=1),
     Case("sufficient_statistics", "SufficientStatistics over two axes and one, with a zero shift, of a RELU",
          [(4, 6), (1, 6)], _sufficient_statistics),
     Case("sufficient_statistics_asym", "the same with asymmetric activations", [(4, 6), (1, 6)],
@@ -171,5 +171,5 @@ CASES = [
     Case("normalized_moments_asym", "the same with asymmetric activations", [(4, 6), (1, 6), (6,), (6,)],
          _normalized_moments, ASYM),
     Case("zero_fraction", "ZeroFraction of a RELU and of values with zeros (one sample: a 0-d top)", [(4, 6)],
-         _zero_fraction, ONE_SAMPLE, data=_one_sample, run_samples=1),
+         _zero_fraction, ONE_SAMPLE, data=one_sample, run_samples=1),
 ]
