@@ -11,9 +11,11 @@ from .errors import ConfigError, DatasetError, IRError, NpuoptError
 
 def probe(feed, dataset, size: int, field: str):
     """The float graph's outputs on the first `size` samples of the dataset read for the cfg
-    field `field`, and their labels: data that does not fit the model, or constants that
-    overflow float32 on it, stop the run here."""
-    n = min(len(dataset), size)
+    field `field` (at least the IR's batch of them: an IR whose first input's first axis is
+    not 1, a 1-D input of ids say, may need all of it), and their labels: data that does
+    not fit the model, or constants that overflow float32 on it, stop the run here."""
+    first = feed.graph.input_tensors[0].ir_shape if feed.graph.input_tensors else ()
+    n = min(len(dataset), max(size, int(first[0]) if len(first) else 1))
     subset = torch.utils.data.Subset(dataset, range(n))
     batch = next(batches(subset, feed.cfg.dataset, n, 0, collate_fn=collate_of(dataset), field=field))
     try:

@@ -11,8 +11,7 @@ PARSER_TYPES_DOC = SHARED_DATA.parent / "docs" / "parser-layer-types.md"
 
 # parser layer types without a forward yet (issue 45's and RotaryEmbedding, issue 44's)
 NOT_YET = """
-AccidentalHits ConvInteger Count EmbeddingLookupSparse FakeQuantWithMinMaxVars InTopK MatMulInteger
-NormalizedMoments RotaryEmbedding SegmentReduce SufficientStatistics ZeroFraction
+ConvInteger FakeQuantWithMinMaxVars MatMulInteger RotaryEmbedding
 """.split()
 
 # layer types with a forward and no quantize function, and why (docs/ir-ops.md)

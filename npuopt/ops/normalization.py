@@ -10,25 +10,21 @@ scale_value/shift_value ~ s_out:
   (the isqrt table `lut`); t = max(ceil(log2 fl32(r)) - 15, 0); r = clamp(r >> t, 0,
   2^15 - 1); y = clamp32(clamp16(clamp32(x * M) >> p) * r), p =
   reciprocal_shift_value; out = R(y, 1, s + 31 - p - t + o / 2)."""
-import math
-
 import torch
 
-from ..dtype import Dtype, computing_float
+from ..dtype import computing_float
 from ..errors import IRError
-from ..quant import fields, qmath
+from ..quant import qmath
 from ..quant import tensors as QT
 from ..quant.fields import Rescale, Shift
 from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from . import _norm
+from ._rsqrt import times_rsqrt, write_reciprocal_shift
+from ._stats import shifted_bits
 
 METHODS = {"L1": 1, "L2": 2}
 DEFAULT_EPSILON = 1e-12
-PRODUCT_BITS = 16       # L2: x * M is shifted right until it fits 16 bits
-RSQRT_BITS = 15         # L2: the inverse square root kept in 15 bits
-RSQRT_SHIFT = 31        # inverse_sqrt(S) ~ 2^31 / sqrt(S)
-ISQRT_INPUT_BITS = 31
 
 
 def order(node) -> int:
@@ -43,21 +39,6 @@ def epsilon(node) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise IRError(f"layer '{node.name}' (Normalization): epsilon {eps!r} must be a number >= 0")
     return float(eps) if eps != 0 else qmath.FLOAT32_EPS
-
-
-def ceil_log2_f32(v: torch.Tensor) -> torch.Tensor:
-    return torch.ceil(torch.log2(v.to(torch.float32))).to(torch.int64)
-
-
-def rsqrt_15(s: torch.Tensor):
-    """(r, t): r ~ 2^(31 - t) / sqrt(S) held in 15 bits, the tool chain's form for any
-    S >= 0 (sums beyond 31 bits shifted down by an even count first)."""
-    _, bit_length = torch.frexp(s.clamp(min=1).to(torch.float64))
-    over = (bit_length.to(torch.int64) - ISQRT_INPUT_BITS).clamp(min=0)
-    over = over + (over & 1)
-    r = qmath.inverse_sqrt(s >> over)
-    shift = (ceil_log2_f32(r) - RSQRT_BITS).clamp(min=0)
-    return (r >> shift).clamp(0, (1 << RSQRT_BITS) - 1), shift - over // 2
 
 
 def l1_integers(node, x: torch.Tensor, axes, out_t) -> torch.Tensor:
@@ -75,12 +56,8 @@ def l2_integers(node, x: torch.Tensor, axes, out_t) -> torch.Tensor:
     r = Rescale.read(node)
     m, s = r.multiplier, r.shift
     p = Shift.read(node, "reciprocal_").value
-    lo32, hi32 = qmath.integer_range(32, True)
-    lo16, hi16 = qmath.integer_range(PRODUCT_BITS, True)
-    rsq, t = rsqrt_15((x * x).sum(dim=axes, keepdim=True))
-    y = ((x * m).clamp(lo32, hi32) >> p).clamp(lo16, hi16)
-    y = (y * rsq).clamp(lo32, hi32)
-    shift = s + RSQRT_SHIFT - p - t  # per row
+    y, e = times_rsqrt(x, m, p, (x * x).sum(dim=axes, keepdim=True))
+    shift = s + e  # per row
     return qmath.requantize(y, torch.ones_like(shift), shift, out_t.zerop, out_t.qmin, out_t.qmax)
 
 
@@ -101,12 +78,6 @@ def normalization_forward(self, *args):
     return out_t.betensor
 
 
-def input_bits(x_t) -> int:
-    """The bits of the smallest signed range holding every q + zp (the tool chain's range2bits)."""
-    lo, hi = x_t.qmin + int(x_t.zerop), x_t.qmax + int(x_t.zerop)
-    return next(b for b in range(1, 64) if -(1 << (b - 1)) <= lo and hi <= (1 << (b - 1)) - 1)
-
-
 @quant_register(OpType.Normalization, "1.0")
 def normalization_quantize(self, *args):
     """The output signed when the input can be negative, M/s ~ s_out; L2 shifts x * M
@@ -118,6 +89,4 @@ def normalization_quantize(self, *args):
     rescale = Rescale.from_ratio(out_t.scale, settings_of(self).multiplier_bits)
     rescale.write(self)
     if p == 2:
-        scale_bits = math.ceil(float(torch.log2(torch.tensor(float(rescale.multiplier), dtype=torch.float32))))
-        Shift(max(0, input_bits(x_t) + scale_bits - PRODUCT_BITS), Dtype.INT8).write(self, "reciprocal_")
-        fields.write_lut(self, qmath.ISQRT_TABLE, Dtype.INT16)
+        write_reciprocal_shift(self, shifted_bits(x_t), rescale.multiplier)

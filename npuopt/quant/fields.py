@@ -190,7 +190,7 @@ class BranchRescales:
 
     def write(self, node, prefix: str = "") -> None:
         """As `<prefix>scale_value`, `<prefix>shift_value` and their types (RegionFuse's
-        `score_`/`box_` pairs), or the constants `<prefix>scale`/`<prefix>shift` per channel."""
+        `score_`/`box_` pairs, NormalizedMoments' `mean_`), or the constants `<prefix>scale`/`<prefix>shift` per channel."""
         sc, sh = f"{prefix}scale", f"{prefix}shift"
         for k in (sc, sh, f"{sc}_value", f"{sh}_value", f"{sc}_type", f"{sh}_type"):
             node.params.pop(k, None)

@@ -149,13 +149,19 @@ def normalization_int(layer, xs, infos):
             y = np.trunc((x * m).astype(np.float32) / total.astype(np.float32))
         y = np.where(total != 0, y, 0).astype(np.int64)
         return [requantize(layer, y, 1, s, *top_bounds(layer))]
-    p = int_param(layer, "reciprocal_shift_value")
     check_range(layer, absmax(x) ** 2 * n, "the row's sum of squares")
-    r, t = _rsqrt_15(layer, (x * x).sum(axis=axes, keepdims=True))
+    y, e = times_rsqrt(layer, x, m, int_param(layer, "reciprocal_shift_value"), (x * x).sum(axis=axes, keepdims=True))
+    return [requantize(layer, y, 1, s + e, *top_bounds(layer))]
+
+
+def times_rsqrt(layer, x: np.ndarray, m, p: int, squares: np.ndarray):
+    """(y, e): y = clamp32(clamp16(clamp32(x * M) >> p) * r), r ~ 2^(31 - t) / sqrt(S) of the
+    sums of squares S (broadcasting against x), e = 31 - p - t (Normalization L2's product,
+    EmbeddingLookupSparse SQRTN's too)."""
+    r, t = _rsqrt_15(layer, squares)
     i32, i16 = (-(1 << 31), (1 << 31) - 1), (-(1 << (PRODUCT_BITS - 1)), (1 << (PRODUCT_BITS - 1)) - 1)
     y = np.clip(np.clip(x * m, *i32) >> p, *i16)
-    y = np.clip(y * r, *i32)
-    return [requantize(layer, y, 1, s + RSQRT_SHIFT - p - t, *top_bounds(layer))]
+    return np.clip(y * r, *i32), RSQRT_SHIFT - p - t
 
 
 # ---- Moments -----------------------------------------------------------------------
