@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # op_cases/, als
 import op_cases  # noqa: E402
 from op_cases.common import Case, write_case_data  # noqa: E402
 
+from npuopt.dtype import Dtype  # noqa: E402
 from npuopt.ir import write_graph  # noqa: E402
 from npuopt.ir.builder import GraphBuilder  # noqa: E402
 
@@ -50,9 +51,13 @@ def write_case(case: Case, root: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     b = GraphBuilder(case.name)
-    names = [b.input(f"in{i}", (1,) + shape) for i, shape in enumerate(case.inputs)]
+    types = list(case.input_types) + ["float32"] * (len(case.inputs) - len(case.input_types))
+    names = [b.input(f"in{i}", (1,) + shape, dtype=Dtype(t)) for i, (shape, t) in enumerate(zip(case.inputs, types))]
     outputs = case.build(b, rng, names)
-    write_graph(b.build(outputs), os.path.join(folder, case.name + ".txt"))
+    graph = b.build(outputs)
+    if not any(t.dtype.is_float for t in graph.tensors):
+        graph.header["compat_quantized_model"] = False  # as the parser says it: else the tool chain reads it quantized
+    write_graph(graph, os.path.join(folder, case.name + ".txt"))
     write_case_data(folder, case, rng)
 
 

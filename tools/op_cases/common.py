@@ -24,6 +24,7 @@ class Case:
     data: Callable = None                    # data(rng, shapes, n, value_range, run) -> arrays; default uniform
     parser: Dict[str, str] = field(default_factory=dict)  # parser cases: more [Common] fields of parser.cfg
     run_samples: int = 4                     # samples of in*.npy; 1 where the IR addresses batch 1 in constants
+    input_types: Tuple[str, ...] = ()        # the Input layers' top types (float32 where not given)
 
 
 # ---- layer helpers -------------------------------------------------------------
@@ -113,6 +114,9 @@ def write_case_data(folder: str, case, rng, writer: str = "gen_op_tests.py") -> 
     name = os.path.basename(folder)
     data = case.data or uniform_inputs
     calib = data(rng, case.inputs, CALIB_SAMPLES, case.calib_range, False)
+    # a dataset yields integers for integer graph inputs; the run inputs stay float32 (as
+    # npuopt-run and the tool chain's forward take them)
+    calib = [x.astype(t) for x, t in zip(calib, list(case.input_types) + ["float32"] * len(calib))]
     run = data(rng, case.inputs, case.run_samples, case.run_range, True)
     if len(case.inputs) == 1:
         np.save(os.path.join(folder, "calib.npy"), calib[0])
