@@ -74,6 +74,13 @@ def uniform_inputs(rng, shapes, n, value_range, run):
     return [uniform(rng, value_range, (n,) + s) for s in shapes]
 
 
+def integer_inputs(*ranges):
+    """A Case's `data`: integer-valued float32 inputs, input i in ranges[i] (inclusive)."""
+    def data(rng, shapes, n, value_range, run):
+        return [rng.integers(lo, hi + 1, (n,) + s).astype(np.float32) for s, (lo, hi) in zip(shapes, ranges)]
+    return data
+
+
 # ---- a case's folder besides its IR ----------------------------------------------
 CALIB_SAMPLES = 8
 

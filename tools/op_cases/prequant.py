@@ -9,14 +9,7 @@ x_zero_point."""
 import numpy as np
 import torch
 
-from op_cases.common import Case
-
-
-def _integers(*ranges):
-    """Integer-valued float32 inputs, input i in ranges[i] (inclusive)."""
-    def data(rng, shapes, n, value_range, run):
-        return [rng.integers(lo, hi + 1, (n,) + s).astype(np.float32) for s, (lo, hi) in zip(shapes, ranges)]
-    return data
+from op_cases.common import Case, integer_inputs
 
 
 def _window(k, stride=1, dilation=1, pads=(0, 0, 0, 0), group=1):
@@ -83,11 +76,11 @@ def _fakequant(b, rng, x):
 ASYM = dict(quantize_method_for_activation="per_tensor_asymmetric")
 CASES = [
     Case("convinteger", "ConvInteger on a uint8 graph input: padded, strided and dilated with int8 weights and "
-         "biases, grouped", [(6, 7, 4)], _convinteger, data=_integers((0, 200)), input_types=("uint8",)),
+         "biases, grouped", [(6, 7, 4)], _convinteger, data=integer_inputs((0, 200)), input_types=("uint8",)),
     Case("convinteger_nchw", "ConvInteger of an NCHW uint8 input transposed to NHWC, as the parser writes it",
-         [(4, 6, 7)], _convinteger_nchw, data=_integers((0, 255)), input_types=("uint8",)),
+         [(4, 6, 7)], _convinteger_nchw, data=integer_inputs((0, 255)), input_types=("uint8",)),
     Case("matmulinteger", "MatMulInteger of int8 and uint8 graph inputs, and of an int8 input and int8 constants",
-         [(3, 5), (5, 4)], _matmulinteger, data=_integers((-128, 127), (0, 255)), input_types=("int8", "uint8")),
+         [(3, 5), (5, 4)], _matmulinteger, data=integer_inputs((-128, 127), (0, 255)), input_types=("int8", "uint8")),
     Case("fakequant", "FakeQuantWithMinMaxVars over a range across, above and below zero, narrow ranges, 2 to 16 "
          "bits", [(4, 6)], _fakequant, calib_range=(-3.0, 3.0), run_range=(-3.5, 3.5)),
     Case("fakequant_asym", "the same with asymmetric activations", [(4, 6)], _fakequant, ASYM,
