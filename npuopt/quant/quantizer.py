@@ -327,7 +327,8 @@ def _boundaries(graph, keep_float: Set[str], settings):
     float dtype of a DeQuantize) in order) of every boundary of the settings."""
     producer = {t.name: n for n in graph.nodes for t in n.outputs}
     for node in graph.nodes:
-        is_float = node.name in keep_float or node.type == OpType.Quantize
+        # a Quantize reads floats, a DeQuantize integers (a pre-quantized source's, kept float, too)
+        is_float = node.name in keep_float and node.type != OpType.DeQuantize or node.type == OpType.Quantize
         for i, t in enumerate(node.inputs):
             src = producer[t.name]
             if t.qinvariant:

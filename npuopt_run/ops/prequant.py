@@ -129,6 +129,7 @@ def fakequant_int(layer, xs, infos):
     return [q]
 
 
+READS_INTEGERS = ("ConvInteger", "MatMulInteger")  # in float too: their inputs' integers as they are
 FLOAT = {"ConvInteger": convinteger_float, "MatMulInteger": matmulinteger_float,
          "FakeQuantWithMinMaxVars": fakequant_float}
 INT = {"ConvInteger": convinteger_int, "MatMulInteger": matmulinteger_int, "FakeQuantWithMinMaxVars": fakequant_int}

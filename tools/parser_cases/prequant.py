@@ -59,3 +59,81 @@ CASES = [
          "narrow ranges, 4 to 16 bits", [(4, 6)], _fake_quant, calib_range=(-3.0, 3.0), run_range=(-3.5, 3.5),
          parser={**TF, "output": ",".join(["Identity"] + [f"Identity_{i}" for i in range(1, len(FAKE_QUANT))])}),
 ]
+
+
+# ---- pre-quantized models: compat_quantized_model=true IRs ---------------------------------
+class _Net:
+    """A small CNN (convolutions, a depthwise one, MAX and global AVG pooling, a residual
+    Add, a fully connected layer, a sigmoid), exported to ONNX in float."""
+
+    @staticmethod
+    def export(path: str) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.c1, self.c2 = torch.nn.Conv2d(3, 6, 3, padding=1), torch.nn.Conv2d(6, 6, 1)
+                self.dw, self.fc = torch.nn.Conv2d(6, 6, 3, padding=1, groups=6), torch.nn.Linear(6, 5)
+
+            def forward(self, x):
+                y = F.max_pool2d(torch.relu(self.c1(x)), 2)
+                z = F.adaptive_avg_pool2d(self.c2(y) + self.dw(y), 1).flatten(1)
+                return torch.sigmoid(self.fc(z))
+        torch.onnx.export(Net().eval(), torch.randn(1, 3, 8, 8), path, input_names=["in0"], output_names=["out"],
+                          dynamo=False, opset_version=13)
+
+
+def _quantized(**options):
+    """The CNN quantized by onnxruntime.quantization.quantize_static (calibrated on 8 normal
+    samples) with `options`."""
+    def build(rng, path):
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+        class Samples(CalibrationDataReader):
+            def __init__(self):
+                self.samples = iter([{"in0": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)])
+
+            def get_next(self):
+                return next(self.samples, None)
+        float_path = path[:-len(".onnx")] + "_float.onnx"
+        _Net.export(float_path)
+        names = {"format": QuantFormat, "activation_type": QuantType, "weight_type": QuantType}
+        kw = {("quant_format" if k == "format" else k): getattr(names[k], v) if k in names else v
+              for k, v in options.items()}
+        quantize_static(float_path, path, Samples(), **kw)
+    return build
+
+
+def _quantize_matmulinteger(rng, path):
+    """x -> QuantizeLinear (uint8, zero point 100) -> MatMulInteger with an int8 constant
+    (zero point 3) -> Cast to float -> Mul by the two scales' product: the integer product
+    of ONNX Runtime's dynamic quantization, with a static input scale."""
+    inits = [nh.from_array(np.array(0.02, np.float32), "x_scale"), nh.from_array(np.array(100, np.uint8), "x_zp"),
+             nh.from_array(rng.integers(-100, 100, (6, 5)).astype(np.int8), "w"),
+             nh.from_array(np.array(3, np.int8), "w_zp"), nh.from_array(np.array(0.02 * 0.01, np.float32), "scale")]
+    nodes = [h.make_node("QuantizeLinear", ["in0", "x_scale", "x_zp"], ["xq"]),
+             h.make_node("MatMulInteger", ["xq", "w", "x_zp", "w_zp"], ["acc"]),
+             h.make_node("Cast", ["acc"], ["acc_float"], to=T.FLOAT),
+             h.make_node("Mul", ["acc_float", "scale"], ["out"])]
+    graph = h.make_graph(nodes, "model", [h.make_tensor_value_info("in0", T.FLOAT, [1, 4, 6])],
+                         [h.make_tensor_value_info("out", T.FLOAT, [1, 4, 5])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+CASES += [
+    Case("parser_qdq", "a CNN quantized by onnxruntime's quantize_static (QDQ, uint8 activations, int8 weights): "
+         "a compat_quantized_model IR", [(3, 8, 8)], _quantized(format="QDQ", activation_type="QUInt8")),
+    Case("parser_qdq_per_channel", "the CNN quantized per channel (QDQ, uint8 activations, uint8 weights with "
+         "zero points)", [(3, 8, 8)], _quantized(format="QDQ", per_channel=True, activation_type="QUInt8",
+                                            weight_type="QUInt8")),
+    Case("parser_qdq_int8", "the CNN quantized with int8 activations and per-channel int8 weights (QDQ)",
+         [(3, 8, 8)], _quantized(format="QDQ", per_channel=True, activation_type="QInt8")),
+    Case("parser_qoperator", "the CNN quantized to QLinearConv, QLinearAdd, QGemm, ... (QOperator format)",
+         [(3, 8, 8)], _quantized(format="QOperator", activation_type="QUInt8")),
+    Case("parser_quantize_matmulinteger", "QuantizeLinear, MatMulInteger with an int8 constant, Cast and Mul: a "
+         "compat_quantized_model IR holding MatMulInteger", [(4, 6)], _quantize_matmulinteger),
+]
