@@ -229,6 +229,7 @@ def kept_tensors(float_nodes) -> dict:
             continue
         tensors = [c.betensor for c in node.constants.values()]
         tensors += held_values(node, "planned_integers")
+        tensors += [c.source_grid.integers for c in node.constants.values() if c.source_grid is not None]
         memo.update((id(t), t) for t in tensors)
     return memo
 
