@@ -243,3 +243,26 @@ def test_the_float_model_of_a_pre_quantized_ir():
     graph.forward([x], keep_tensors=True)
     xq = graph.node("xq").outputs[0]
     assert xq.dtype == Dtype.UINT8 and torch.equal(xq.betensor.float(), torch.clamp(torch.round(x / 0.02) + 100, 0, 255))
+
+
+@pytest.mark.parametrize("case", ["parser_qdq", "parser_qdq_per_channel", "parser_qdq_int8", "parser_qoperator",
+                                  "parser_quantize_matmulinteger"])
+def test_a_pre_quantized_model_computes_what_its_source_does(case, tmp_path):
+    """npuopt's quantized IR of the parser's IR of a quantized ONNX model, on the op test's
+    inputs, against the source model as onnxruntime runs it (source_outputs.npz): within one
+    step of the output's grid (the rescales round in integers, onnxruntime's in float), float
+    outputs (after the integer product) to float32 rounding."""
+    folder = OP_TESTS / case
+    result = run_in_process("--cfg", folder / "opt.cfg", "--set", f"output_dir={tmp_path}",
+                            "--set", "calibration_data=")
+    assert result.exit_code == 0, result.output
+    graph = read_graph(str(tmp_path / f"{case}_o.txt"))
+    inputs = [torch.from_numpy(np.load(p)) for p in sorted(folder.glob("in*.npy"))]
+    ours = graph.forward(inputs)
+    with np.load(folder / "source_outputs.npz") as data:
+        theirs = [data[f"arr_{i}"] for i in range(len(data.files))]
+    for t, mine, want in zip(graph.output_tensors, ours, theirs):
+        producer = next(n for n in graph.nodes if t in n.outputs)
+        step = 1 / producer.inputs[0].scale if producer.type == "DeQuantize" else 0.0
+        allowed = step * (1 + 1e-5) + 1e-6 * max(1.0, float(np.abs(want).max()))
+        assert np.abs(mine.numpy() - want).max() <= allowed, (t.name, np.abs(mine.numpy() - want).max(), step)

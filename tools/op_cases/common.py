@@ -25,6 +25,9 @@ class Case:
     parser: Dict[str, str] = field(default_factory=dict)  # parser cases: more [Common] fields of parser.cfg
     run_samples: int = 4                     # samples of in*.npy; 1 where the IR addresses batch 1 in constants
     input_types: Tuple[str, ...] = ()        # the Input layers' top types (float32 where not given)
+    # parser cases: reference(model file, run inputs) -> the source model's outputs on them
+    # (a pre-quantized model as its own runtime computes it), saved as source_outputs.npz
+    reference: Callable = None
 
 
 # ---- layer helpers -------------------------------------------------------------

@@ -124,16 +124,28 @@ def _quantize_matmulinteger(rng, path):
     onnx.save(model, path)
 
 
+def _onnxruntime(model_path, inputs):
+    """The ONNX model's outputs as onnxruntime computes them, sample by sample (batch 1)."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(model_path)
+    names = [i.name for i in session.get_inputs()]
+    runs = [session.run(None, {n: x[i:i + 1] for n, x in zip(names, inputs)}) for i in range(len(inputs[0]))]
+    return [np.concatenate(parts) for parts in zip(*runs)]
+
+
 CASES += [
     Case("parser_qdq", "a CNN quantized by onnxruntime's quantize_static (QDQ, uint8 activations, int8 weights): "
-         "a compat_quantized_model IR", [(3, 8, 8)], _quantized(format="QDQ", activation_type="QUInt8")),
+         "a compat_quantized_model IR", [(3, 8, 8)], _quantized(format="QDQ", activation_type="QUInt8"),
+         reference=_onnxruntime),
     Case("parser_qdq_per_channel", "the CNN quantized per channel (QDQ, uint8 activations, uint8 weights with "
          "zero points)", [(3, 8, 8)], _quantized(format="QDQ", per_channel=True, activation_type="QUInt8",
-                                            weight_type="QUInt8")),
+                                            weight_type="QUInt8"), reference=_onnxruntime),
     Case("parser_qdq_int8", "the CNN quantized with int8 activations and per-channel int8 weights (QDQ)",
-         [(3, 8, 8)], _quantized(format="QDQ", per_channel=True, activation_type="QInt8")),
+         [(3, 8, 8)], _quantized(format="QDQ", per_channel=True, activation_type="QInt8"), reference=_onnxruntime),
     Case("parser_qoperator", "the CNN quantized to QLinearConv, QLinearAdd, QGemm, ... (QOperator format)",
-         [(3, 8, 8)], _quantized(format="QOperator", activation_type="QUInt8")),
+         [(3, 8, 8)], _quantized(format="QOperator", activation_type="QUInt8"), reference=_onnxruntime),
     Case("parser_quantize_matmulinteger", "QuantizeLinear, MatMulInteger with an int8 constant, Cast and Mul: a "
-         "compat_quantized_model IR holding MatMulInteger", [(4, 6)], _quantize_matmulinteger),
+         "compat_quantized_model IR holding MatMulInteger", [(4, 6)], _quantize_matmulinteger,
+         reference=_onnxruntime),
 ]
