@@ -266,3 +266,69 @@ def test_a_pre_quantized_model_computes_what_its_source_does(case, tmp_path):
         step = 1 / producer.inputs[0].scale if producer.type == "DeQuantize" else 0.0
         allowed = step * (1 + 1e-5) + 1e-6 * max(1.0, float(np.abs(want).max()))
         assert np.abs(mine.numpy() - want).max() <= allowed, (t.name, np.abs(mine.numpy() - want).max(), step)
+
+
+def test_tensors_that_lose_the_sources_grid_are_named(tmp_path, caplog):
+    """A layer of the source the cfg keeps in float holds no grid: one line names its tensors
+    (the MAX pooling after one keeps the source's grid: its boundary Quantize takes it)."""
+    folder = OP_TESTS / "parser_qdq"
+    with caplog.at_level("INFO", logger="npuopt"):
+        result = run_in_process("--cfg", folder / "opt.cfg", "--set", f"output_dir={tmp_path}",
+                                "--set", "trigger_float_op=disable & <[Convolution]:float16_preferred>")
+    assert result.exit_code == 0, result.output
+    assert "compat_quantized_model: 2 tensor(s) do not keep the source's grid" in caplog.text, caplog.text
+    assert "/c1/Conv_0, /c2/Conv_0" in caplog.text
+
+
+def compat_convinteger_ir(folder):
+    """A pre-quantized model's IR holding a ConvInteger, as the parser would write one (it
+    writes none from ONNX): float input -> Quantize (uint8, scale 0.05, zero point 23) ->
+    ConvInteger (x_zero_point 23, uint8 weights with w_zero_point 130, zero biases, padded)."""
+    rng = np.random.default_rng(7)
+    w = rng.integers(0, 256, (4, 3, 3, 3)).astype(np.uint8)
+    (folder / "ci.bin").write_bytes(w.tobytes() + np.zeros(4, np.int32).tobytes())
+    quantize = ["layer_top_type=[uint8]", "layer_top_scale=[0.05]", "layer_top_zp=[23]", "round_mode=ROUND_TO_EVEN"]
+    conv = ["layer_top_type=[int32]", "weights_type=uint8", "weights_offset=0", f"weights_size={w.size}",
+            "weights_shape=[4,3,3,3]", "biases_type=int32", f"biases_offset={w.size}", "biases_size=16",
+            "biases_shape=[4]", "num_output=4", "kernel_x=3", "kernel_y=3", "stride_x=1", "stride_y=1",
+            "pad_left=1", "pad_right=1", "pad_top=1", "pad_bottom=1", "dilation_x=1", "dilation_y=1", "group=1",
+            "x_zero_point=23", "w_zero_point=130"]
+    layers = [("in0", "Input", "", "[float32]"), ("xq", "Quantize", "in0", None), ("ci", "ConvInteger", "xq", None)]
+    text = ["model_name=ci", "layer_number=3", "compat_quantized_model=true", "input_tensors=[in0]",
+            "output_tensors=[ci]", ""]
+    for i, (name, kind, bottom, top_type) in enumerate(layers):
+        text += [f"layer_id={i}", f"layer_name={name}", f"layer_type={kind}", f"layer_bottom=[{bottom}]",
+                 f"layer_bottom_shape=[{'[1,5,6,3]' if bottom else ''}]", f"layer_top=[{name}]",
+                 "layer_top_shape=[[1,5,6,4]]" if kind == "ConvInteger" else "layer_top_shape=[[1,5,6,3]]"]
+        text += [f"layer_top_type={top_type}"] if top_type else quantize if kind == "Quantize" else conv
+        text.append("")
+    (folder / "ci.txt").write_text("\n".join(text))
+    return folder / "ci.txt", w
+
+
+@pytest.mark.shared
+def test_a_pre_quantized_convinteger_reads_its_quantize_integers(tmp_path, oracle):
+    """ConvInteger behind the source's Quantize: in the float model it convolves the Quantize's
+    integers (the source's arithmetic); quantized (no calibration), the tool chain's reader
+    and npuopt-run compute npuopt's integers exactly."""
+    from opt_oracle import OptJob
+
+    from conftest import npuopt_run_outputs, write_cfg
+    txt, w = compat_convinteger_ir(tmp_path)
+    x = np.random.default_rng(8).uniform(-1.5, 8, (2, 5, 6, 3)).astype(np.float32)
+    float_out = read_graph(str(txt)).forward([torch.from_numpy(x)])[0]
+    q = torch.clamp(torch.round(torch.from_numpy(x) / 0.05) + 23, 0, 255)
+    want = F.conv2d(F.pad((q - 23).double().permute(0, 3, 1, 2), (1, 1, 1, 1)),
+                    (torch.from_numpy(w).double() - 130).permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+    assert torch.equal(float_out, want.to(torch.int32))
+    result = run_in_process("--cfg", write_cfg(tmp_path / "opt.cfg", graph=txt, output_dir=tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    quantized = tmp_path / "out" / "ci_o.txt"
+    ours = read_graph(str(quantized)).forward([torch.from_numpy(x)])[0].numpy()
+    assert np.array_equal(ours, float_out.numpy())
+    assert np.array_equal(npuopt_run_outputs(quantized, x, tmp_path)["ci"], ours)
+    np.save(tmp_path / "x.npy", x)
+    opt = oracle.forward([OptJob(quantized, quantized.with_suffix(".bin"), [tmp_path / "x.npy"],
+                                 tmp_path / "opt.npz")])[0]
+    assert not opt.errors and opt.quantized == {"in0": False, "xq": True, "ci": True}, opt.errors
+    assert np.array_equal(opt.outputs[0], ours)

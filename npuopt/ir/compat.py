@@ -22,6 +22,7 @@ import torch
 
 from ..dtype import Dtype
 from ..errors import IRError
+from ..logger import OPT_INFO
 from ..tensor import SourceGrid
 
 INTEGER_LAYERS = ("ConvInteger", "MatMulInteger")  # they compute on their inputs' integers
@@ -145,3 +146,15 @@ def _constant_to_float(node, key: str) -> None:
         grid_scale, grid_zp = _reciprocal(float(scale)), -int(zp)
     c.source_grid = SourceGrid(grid_scale, grid_zp, c.dtype, q.clone())
     c.dtype = Dtype.FP32
+
+
+def warn_other_grids(qgraph) -> None:
+    """One line naming the tensors of a pre-quantized source whose quantized layer fixed a
+    grid other than the source's (a layer type that decides its output's grid itself), or
+    that a layer kept in float holds."""
+    other = [t.name for n in qgraph.nodes for t in n.outputs if t.source_grid is not None and
+             (t.dtype != t.source_grid.dtype or not n.quantized or
+              (float(t.scale), int(t.zerop)) != (float(t.source_grid.scale), int(t.source_grid.zp)))]
+    if other:
+        OPT_INFO(f"compat_quantized_model: {len(other)} tensor(s) do not keep the source's grid (their layers "
+                 f"decide their own, or stay float): {', '.join(other[:5])}{' ...' if len(other) > 5 else ''}")

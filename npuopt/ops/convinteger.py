@@ -11,7 +11,8 @@ there as f + x_zero_point), the weights keep their integers and type with scale 
 zero point -w_zero_point, the biases become int32 with x_zero_point * sum(w -
 w_zero_point) taken off, the top is int32 with scale 1, zero point 0 (all qinvariant),
 and no rescale is written: acc = sum (w + zp_w) * x' + biases, x' the input padded with
--zp_x, clamped to the top's range."""
+-zp_x, clamped to the top's range. An input holding a pre-quantized source's integers (a
+QuantizeLinear's: ir/compat.py) keeps its grid, whose zero point must be -x_zero_point."""
 import torch
 
 from ..dtype import Dtype
@@ -22,7 +23,7 @@ from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from ..tensor import PyTensor
 from ._conv import conv_float, exact_bound, geometry
-from ._integer import int32_quantization, integer_operands, integer_top, zero_point
+from ._integer import int32_quantization, integer_operands, integer_top, source_integers, zero_point
 
 
 def _weights(node):
@@ -70,6 +71,9 @@ def convinteger_quantize(self, *args):
     QT.check_quantized_inputs(self)
     x_t, c = self.inputs[0], _weights(self)
     x_zp, w_zp = zero_point(self, "x_zero_point", x_t.dtype), zero_point(self, "w_zero_point", c.dtype)
+    if source_integers(x_t) and x_t.zerop != -x_zp:  # the source's grid stays; its zero point pads
+        raise QT.Unsupported(f"layer '{self.name}' (ConvInteger): x_zero_point {x_zp} is not the zero point "
+                             f"{-x_t.zerop} of the source's integers it reads")
     folded = _biases(self).cpu() - (c.betensor.to(torch.float64).cpu() - w_zp).reshape(c.ir_shape[0], -1).sum(1) * x_zp
     c.betensor = c.betensor.clone()  # a tensor of its own: the float graph keeps its own
     c.scale, c.zerop, c.qbits, c.qmin, c.qmax, c.qinvariant = 1.0, -w_zp, c.dtype.bits, c.dtype.qmin, c.dtype.qmax, True
@@ -77,7 +81,8 @@ def convinteger_quantize(self, *args):
     b.betensor = folded.clamp_(QT.INT32_MIN, QT.INT32_MAX).to(torch.int32).to(c.betensor.device)
     b.dtype, b.scale, b.zerop, b.qbits, b.qinvariant = Dtype.INT32, 1.0, 0, 32, True
     b.qmin, b.qmax = qmath.integer_range(32, True)
-    # the zero point the tool chain gives the input (its padding value); not qinvariant, as its
-    # reader reads it: a float value fed there is quantized to f + x_zero_point
-    x_t.scale, x_t.zerop, x_t.qinvariant = 1.0, -x_zp, False
+    if not source_integers(x_t):  # (a pre-quantized source's integers keep their grid)
+        # the zero point the tool chain gives the input (its padding value); not qinvariant, as its
+        # reader reads it: a float value fed there is quantized to f + x_zero_point
+        x_t.scale, x_t.zerop, x_t.qinvariant = 1.0, -x_zp, False
     int32_quantization(self.outputs[0])

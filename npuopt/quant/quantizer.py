@@ -284,6 +284,7 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
             b = PyNode(_unique(graph, name, taken={n.name for n in new_nodes}), kind)
             nt = PyTensor(b.name, t.betensor, float_dtype or t.dtype, t.ir_shape)
             nt.statistics = t.statistics
+            nt.source_grid = t.source_grid if kind == OpType.Quantize else None  # a pre-quantized source's grid
             b.inputs, b.outputs = [t], [nt]
             b.attrs["boundary_of"] = reader.name
             settings[b.name] = settings[reader.name]

@@ -244,7 +244,7 @@ def _layer_values(cfg, node, float_ops, graph_outputs, integer: bool = False) ->
         # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
         values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY
     # a pre-quantized source's layer keeps its integer grids (ir/compat.py): an fp8 quant_type does not reach it
-    stated = any(t.source_grid is not None for t in [*node.outputs, *node.constants.values()])
+    stated = node.holds_source_grids
     values.update(quant_type_settings(cfg.of("quant_type", node), node.type, node.params.get("with_activation", "NONE"),
                                       minifloat=not integer and not stated))
     for key, pl in cfg.per_layer.items():
