@@ -480,8 +480,8 @@ _no_effect("ds_output_shape_constant", "disable", _pattern(r"disable|all|\[[01](
 _no_effect("ds_parameter_constant", "disable", _choice("disable", "default"), "disable or default", _DS, per_layer=True)
 _no_effect("write_similarity_to_ir", "false", _bool, _B, "per-layer similarity goes to the report json, not into the IR")
 _no_effect("record_debug_acc_info", "false", _bool, _B, "per-layer similarity is always in the report json")
-_COMPAT = ("an option of the tool chain's closed quantize_transform library; npuopt's compat_quantized_model "
-           "takes the source model's ranges and quantizes as for any IR")
+_COMPAT = ("an option of the tool chain's closed quantize_transform library; npuopt keeps a pre-quantized "
+           "model's scales, zero points and integers as its IR states them")
 _no_effect("compat_quantized_model_eliminate_cast", "true", _bool, _B, _COMPAT)
 _no_effect("compat_quantized_model_strategy", "8bSymWeightUnchange",
            _choice("8bsymweightunchange", "8basymweightto16bsymweight", "sym", "asym", "fasymp", "fsym"),
@@ -562,9 +562,10 @@ register_field("modify_batch_dim", "false", _false_or_count, "the written IR's b
 register_field("export_parallel_batch", "false", _false_or_count, "the written IR runs this many batches side by "
                "side: each input split along the batch axis, a copy of the layers per part, the outputs concatenated "
                "(as the tool chain writes it); false: one", "false or an integer >= 1")
-register_field("compat_quantized_model", "false", _bool, "the IR is the parser's of an already quantized model: "
-               "activations take the ranges its layer_top_range, or its layer_top_scale/zp on the 8-bit grid, give "
-               "(calibration strategy in_ir where the IR has them; the tool chain's own import runs a closed library)",
+register_field("compat_quantized_model", "false", _bool, "activations take the ranges the IR states (its "
+               "layer_top_range: calibration strategy in_ir where it has them); an IR whose header says "
+               "compat_quantized_model=true (the parser's of an already quantized model) keeps the source's scales, "
+               "zero points and integers whatever this field says (the tool chain's own import runs a closed library)",
                _B)
 _no_effect("enable_ds", "false", _bool, _B, _DS + " (the tool chain's 4.2 writes no IR field for it either)",
            per_layer=True)

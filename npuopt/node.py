@@ -249,6 +249,11 @@ class PyNode:
         return default_value
 
     @property
+    def holds_source_grids(self) -> bool:
+        """Whether a top or constant holds a pre-quantized source's grid (ir/compat.py): decided data."""
+        return any(t.source_grid is not None for t in [*self.outputs, *self.constants.values()])
+
+    @property
     def parents(self) -> List["PyNode"]:
         """The layers that wrote this layer's inputs (known once they ran)."""
         out = []

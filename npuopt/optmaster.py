@@ -4,8 +4,8 @@ forward; 3 stage-1 passes; 4 calibration over `calibration_data` (or the `statis
 strategies -> ranges (and the mixed-precision search); 6 quantize layer by layer with per-layer
 settings (cfg + opt_config), layers kept in float behind Quantize/DeQuantize layers; 8 zero-input
 forward of the quantized graph; 9 write <out_ir_name>_o.txt/.bin and _opt_template.json; 10
-metrics of the float and the quantized graph, per-layer similarity, report. Without
-`calibration_data` (and no statistic_file to load) only the float steps run."""
+metrics of the float and the quantized graph, per-layer similarity, report. Without `calibration_data`
+(nor a statistic_file) only the float steps run, but on a pre-quantized model's IR (its grids)."""
 import copy
 import json
 import os
@@ -20,7 +20,7 @@ from .errors import ConfigError
 from .evaluation import evaluate
 from .feed import Feed
 from .fine_tuning import check_training_data, fine_tune
-from .ir import read_graph, write_graph
+from .ir import is_pre_quantized, read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
 from .mixed_precision import check_search_data, search_mixed_precision, search_precision
 from .outputs import RunOutputs, run_inputs, safe_name
@@ -84,7 +84,7 @@ class OptMaster:
         self.check_data()
         if self.cfg.skip_optimization:
             OPT_INFO("skip_optimization: no calibration, quantization nor IR written")
-        elif self.cfg.calibration_data or os.path.isfile(self.cfg.statistic_file):
+        elif self.cfg.calibration_data or os.path.isfile(self.cfg.statistic_file) or is_pre_quantized(self.graph):
             for stage in (self.stage1_passes, self.plan_settings, self.before_calibration, self.calibrate,
                           self.after_calibration, self.quantize):
                 stage()
@@ -154,9 +154,11 @@ class OptMaster:
         self.graph.mark_integer_tensors(device=self.device)
 
     def calibrate(self) -> None:
-        """Statistics of every tensor: loaded from statistic_file when it exists, else
-        gathered over calibration_data (and saved where the cfg asks)."""
+        """Statistics of every tensor: loaded from statistic_file when it exists, else gathered over
+        calibration_data (and saved where the cfg asks); none: a pre-quantized source's grids alone."""
         path = self.cfg.statistic_file
+        if not (self.cfg.calibration_data or path and os.path.isfile(path)):
+            return OPT_INFO("compat_quantized_model: no calibration_data; the source's grids quantize the model")
         meta = {"before_calibration": self.float_edits()}
         stats = self.load_statistics(path, meta) if path and os.path.isfile(path) else self.gather_statistics(meta)
         attach_statistics(self.graph, stats, self.cfg.ignore_missing_statistic)
@@ -204,11 +206,10 @@ class OptMaster:
 
     def calibration_shard(self, limit: int = None):
         """The first `limit` calibration batches (all: None) as a Feed.Shard (this rank reads its own)."""
-        cfg = self.cfg
         if not self.has_calibration_data():
             raise ConfigError("field 'global_calibration': its methods need 'dataset' and 'calibration_data'")
-        dataset = make_dataset(cfg.dataset, cfg.calibration_data, field="calibration_data")
-        return self.feed.shard(dataset, cfg.calibration_batch_size, "calibration_data", limit=limit)
+        dataset = make_dataset(self.cfg.dataset, self.cfg.calibration_data, field="calibration_data")
+        return self.feed.shard(dataset, self.cfg.calibration_batch_size, "calibration_data", limit=limit)
 
     def has_calibration_data(self) -> bool:
         return bool(self.cfg.dataset and self.cfg.calibration_data)

@@ -1,5 +1,6 @@
 """PyTensor: a named tensor of the graph with its value and its quantization."""
 import contextlib
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -42,6 +43,19 @@ def _as_value(value, dtype: Optional[Dtype]):
     if dtype is None:
         dtype = Dtype.BOOL if value.dtype == torch.bool else Dtype.of_torch(value.dtype)
     return value, dtype
+
+
+@dataclass(eq=False)
+class SourceGrid:
+    """The grid a pre-quantized source model states for a tensor or a constant (its scale
+    and zero point, in the IR's convention q = round(f * scale - zp), and its integer type),
+    kept as decided data: the quantize functions take it where they would choose a grid
+    (quant/tensors.py). `scale`/`zp` are numbers, or tensors per channel along axis 0;
+    `integers` holds a constant's stored integers, exactly."""
+    scale: object
+    zp: object
+    dtype: Dtype
+    integers: Optional[torch.Tensor] = None
 
 
 _OPT_FORM = [False]  # whether tensors show the Compass Optimizer's form now (see opt_form)
@@ -124,6 +138,8 @@ class PyTensor:
         self.ir_dtype = self.dtype  # the dtype the IR gave (the Compass Optimizer's layer_top_type)
         self.block_size = None      # per-block weights: values per block of each channel (key_axis 0)
         self._range = {}
+        # the grid a pre-quantized source states for it (ir/compat.py): decided, never chosen
+        self.source_grid: Optional[SourceGrid] = None
 
     scale = _quant_field("_scale", True)
     zerop = _quant_field("_zerop", False)

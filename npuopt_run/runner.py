@@ -349,7 +349,8 @@ class Runner:
             raise layer.error(f"npuopt-run has no {mode} forward for {layer.type}")
         infos = [self.infos[b] for b in layer.bottoms]
         for info in infos:
-            if info.quantized != (quantized != op.reads_other_kind) and not (info.unscaled and not quantized):
+            if info.quantized != (quantized != op.reads_other_kind) and not \
+                    ((info.unscaled or op.reads_integers and info.dtype.is_int) and not quantized):
                 raise layer.error(f"{'an integer' if quantized else 'a float'} {layer.type} reads "
                                   f"{'quantized' if info.quantized else 'float'} tensor '{info.name}' "
                                   f"(values cross between float and integer only through "

@@ -29,7 +29,7 @@ LAYERS = [
     ["npuopt.cfg_reader", "npuopt.config", "npuopt.quant.settings"],
     ["npuopt.tensor", "npuopt.node", "npuopt.graph", "npuopt.quant.fields", "npuopt.quant.weight_plans"],
     ["npuopt.ir", "npuopt.ir.reader", "npuopt.ir.writer"],
-    ["npuopt.quant.tensors", "npuopt.quant.compare"],
+    ["npuopt.quant.tensors", "npuopt.quant.weight_ranges", "npuopt.quant.compare"],
     ["npuopt.ops"],
     ["npuopt.passes", "npuopt.quant.calibration", "npuopt.quant.quantizer", "npuopt.quant.plan",
      "npuopt.quant.norm_inputs", "npuopt.quant.precision_costs",

@@ -406,7 +406,22 @@ def _op_param(*values, id: str):
 
 
 # op tests whose float IR OPT's float forward runs too (OPT cannot run the negative pads of `pad`)
-FLOAT_OP_CASES = [_op_param(c, id=c) for c in OP_CASES if c not in ("pad", "pad_nonnegative")]
+OPT_COMPAT_FLOAT = ("OPT limitation: OptForward refuses an IR of a pre-quantized model (compat_quantized_model="
+                    "true): it logs 'OptForward only uses Compass IR' and computes the source's integers as floats; "
+                    "the tool chain imports such IRs with its closed quantize_transform library")
+# op tests of pre-quantized models (the parser's compat_quantized_model=true IRs): no float forward in OPT
+COMPAT_CASES = [c for c in OP_CASES if (OP_TESTS / c / f"{c}.txt").is_file() and
+                "compat_quantized_model=true" in (OP_TESTS / c / f"{c}.txt").read_text()]
+
+
+def _float_param(case: str):
+    """_op_param, and the strict expected failure of a pre-quantized model's float IR (OPT_COMPAT_FLOAT)."""
+    if case in COMPAT_CASES:
+        return pytest.param(case, id=case, marks=[pytest.mark.xfail(strict=True, reason=OPT_COMPAT_FLOAT)])
+    return _op_param(case, id=case)
+
+
+FLOAT_OP_CASES = [_float_param(c) for c in OP_CASES if c not in ("pad", "pad_nonnegative")]
 OP_PARAMS = [_op_param(c, s, id=f"{c}-{s}") for c in OP_CASES for s in SETTINGS
              if applies(s, OP_TESTS / c / f"{c}.txt")]
 

@@ -11,7 +11,7 @@ PARSER_TYPES_DOC = SHARED_DATA.parent / "docs" / "parser-layer-types.md"
 
 # parser layer types without a forward yet (issue 45's and RotaryEmbedding, issue 44's)
 NOT_YET = """
-ConvInteger FakeQuantWithMinMaxVars MatMulInteger RotaryEmbedding
+RotaryEmbedding
 """.split()
 
 # layer types with a forward and no quantize function, and why (docs/ir-ops.md)

@@ -502,7 +502,7 @@ def test_reads_an_ir_written_by_the_tool_chain(tmp_path):
     (conv_layer(type="Pooling", method="MEDIAN"), ["layer 'conv'", "MEDIAN"]),
     (conv_layer(type="Activation", method="SIGMOID", consts={"lut": ("int8", np.zeros(100))}), ["layer 'conv'", "lut"]),
     (conv_layer(type="Activation", method="ELU"), ["layer 'conv'", "ELU", "lut"]),
-    (conv_layer(type="Split", splits=[2]), ["layer 'conv'", "does not rescale"]),
+    (conv_layer(type="Split", splits=[2], scales=[0.5]), ["layer 'conv'", "does not rescale"]),
     (conv_layer(type="Softmax", axis=4), ["layer 'conv'", "axis"]),
     (conv_layer(type="Softmax", adjust_q=4), ["layer 'conv'", "adjust_q"]),
     (conv_layer(type="LayerNorm", axis=[7]), ["layer 'conv'", "axis"]),

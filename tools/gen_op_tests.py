@@ -54,7 +54,10 @@ def write_case(case: Case, root: str) -> None:
     names = [b.input(f"in{i}", (1,) + shape, dtype=Dtype.from_name(case.dtype_of(i)))
              for i, shape in enumerate(case.inputs)]
     outputs = case.build(b, rng, names)
-    write_graph(b.build(outputs), os.path.join(folder, case.name + ".txt"))
+    graph = b.build(outputs)
+    if not any(t.dtype.is_float for t in graph.tensors):
+        graph.header["compat_quantized_model"] = False  # as the parser says it: else the tool chain reads it quantized
+    write_graph(graph, os.path.join(folder, case.name + ".txt"))
     write_case_data(folder, case, rng)
 
 

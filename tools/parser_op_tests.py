@@ -3,7 +3,8 @@ tools/parser_cases/, an ONNX model (or, where the case's `parser` says `model_ty
 a TensorFlow frozen graph), made by the case, parsed by the Compass Unified Parser into a
 float IR, in a folder of op_tests/ laid out as tools/gen_op_tests.py lays
 out its own (NAME.txt/.bin, calib data, in*.npy, opt.cfg, run.sh) plus the parser.cfg
-used. Conformance (tests/test_conformance.py) and op_tests/run.sh take them as any op
+used (and, where the case has a `reference`, source_outputs.npz: the source model's outputs
+on in*.npy as its own runtime computes them). Conformance (tests/test_conformance.py) and op_tests/run.sh take them as any op
 test; their IRs hold the params exactly as the parser writes them.
 
 Runs beside the parser, not npuopt: in a venv with the parser's requirements (torch,
@@ -56,11 +57,15 @@ def all_cases() -> List[Case]:
 MODEL_FILES = {"onnx": "model.onnx", "tf": "model.pb"}  # the file each model_type's case writes
 
 
+def model_file(case: Case, workdir: str) -> str:
+    return os.path.join(workdir, MODEL_FILES[case.parser.get("model_type", "onnx")])
+
+
 def parse(case: Case, parser_main: str, workdir: str, rng) -> str:
     """The case's model through the parser; the folder holding its IR (NAME.txt/.bin)."""
     fields = dict(case.parser)
     model_type = fields.pop("model_type", "onnx")
-    case.build(rng, os.path.join(workdir, MODEL_FILES[model_type]))
+    case.build(rng, model_file(case, workdir))
     inputs = ",".join(f"in{i}" for i in range(len(case.inputs)))
     # the model's input shapes; a case whose parser options replace its input (gamut_preprocess) gives
     # the model's own as `input_shape`, its `inputs` being the data's (the IR's)
@@ -94,7 +99,10 @@ def write_case(case: Case, root: str, parser_main: str) -> None:
             f.write(text)
         shutil.copyfile(os.path.join(out, f"{case.name}.bin"), os.path.join(folder, f"{case.name}.bin"))
         shutil.copyfile(os.path.join(workdir, "parser.cfg"), os.path.join(folder, "parser.cfg"))
-    write_case_data(folder, case, rng, writer="parser_op_tests.py")
+        write_case_data(folder, case, rng, writer="parser_op_tests.py")
+        if case.reference is not None:
+            inputs = [np.load(os.path.join(folder, f"in{i}.npy")) for i in range(len(case.inputs))]
+            np.savez(os.path.join(folder, "source_outputs.npz"), *case.reference(model_file(case, workdir), inputs))
 
 
 def main(argv: List[str]) -> None:

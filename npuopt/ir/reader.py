@@ -13,6 +13,7 @@ from ..graph import PyGraph, QuantizeGraph
 from ..node import PyNode
 from ..quant import fields
 from ..tensor import PyTensor
+from .compat import take_source_quantization
 from .sections import SUBGRAPH_KEY, link_subgraphs, split_sections
 from .values import ValueSyntaxError, parse_name_list, parse_value
 
@@ -41,6 +42,7 @@ def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=Quantize
             subgraphs[name] = _read_section(graph_cls(name), sub_header, blocks, weights, txt_path,
                                             f"{txt_path}: subgraph '{name}'")
         link_subgraphs(graph, subgraphs, txt_path)
+        take_source_quantization(graph)  # a pre-quantized model's IR (compat_quantized_model=true): its grids kept
         if _is_quantized_ir(header, graph):
             for node in [n for g in [graph, *subgraphs.values()] for n in g.nodes]:
                 _deduce_quantized(node)
@@ -256,13 +258,11 @@ def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
 
 
 def _is_quantized_ir(header, graph) -> bool:
-    """A quantized IR (npuopt's or the tool chain's) has no compat_quantized_model header
-    key (the parser's float IRs do) and states its tops' integer or fp8 quantization, or
-    its weights' (weight-only quantization: weights_scale)."""
-    if "compat_quantized_model" in header:
-        return False
-    return any(any(t.dtype.is_quantized for t in n.outputs) and "layer_top_scale" in n.attrs.get("ir_top_fields", {})
-               or "weights_scale" in n.constants or "weights_scale" in n.params for n in graph.nodes)
+    """A quantized IR (npuopt's or the tool chain's; not the parser's, with a compat_quantized_model key) states
+    its tops' integer or fp8 quantization, or its weights' (weight-only quantization: weights_scale)."""
+    return "compat_quantized_model" not in header and any(
+        any(t.dtype.is_quantized for t in n.outputs) and "layer_top_scale" in n.attrs.get("ir_top_fields", {})
+        or "weights_scale" in n.constants or "weights_scale" in n.params for n in graph.nodes)
 
 
 def _deduce_quantized(node: PyNode) -> None:

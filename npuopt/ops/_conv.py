@@ -110,13 +110,14 @@ def patches(node, x: torch.Tensor, rows: torch.Tensor, real, dims: int, transpos
 
 
 def geometry(node, x: torch.Tensor, weights: torch.Tensor, dims: int, transposed: bool = False,
-             biases: torch.Tensor = None) -> Window:
+             biases: torch.Tensor = None, integer: bool = False) -> Window:
     """Window params checked against each other, the input, the weights and the biases;
-    a float layer's input and output must be float tensors."""
+    a float layer's input and output must be float tensors (but an `integer` layer's:
+    ConvInteger takes and gives integers)."""
     w = window(node, dims, transposed)
     where = f"layer '{node.name}' ({node.type})"
     for key, t in (("layer_bottom_type", node.inputs[0]), ("layer_top_type", node.outputs[0])):
-        if not node.quantized and not t.dtype.is_float:
+        if not node.quantized and not integer and not t.dtype.is_float:
             raise IRError(f"{where}: {key} of tensor '{t.name}' is {t.dtype.value}; a float convolution takes and "
                           f"gives float tensors")
     if x.dim() != dims + 2:

@@ -25,6 +25,7 @@ from typing import Dict, Optional, Set
 import torch
 
 from ..errors import ConfigError
+from ..ir.compat import warn_other_grids
 from ..logger import OPT_INFO
 from ..passes.batch_dim import parallel_batches, written_batch
 from .qconfig import apply_qconfig
@@ -67,6 +68,7 @@ class QuantPlan:
         with quantized_graph_edits(self.graph, self.cfg):
             self.qgraph, self.float_kept = build_quantized_graph(self.graph, self.settings, keep)
         warn_float16_ranges(self.qgraph, self.graph)
+        warn_other_grids(self.qgraph)
         return self.qgraph
 
     def as_written(self, qgraph):

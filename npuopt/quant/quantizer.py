@@ -229,6 +229,7 @@ def kept_tensors(float_nodes) -> dict:
             continue
         tensors = [c.betensor for c in node.constants.values()]
         tensors += held_values(node, "planned_integers")
+        tensors += [c.source_grid.integers for c in node.constants.values() if c.source_grid is not None]
         memo.update((id(t), t) for t in tensors)
     return memo
 
@@ -283,6 +284,7 @@ def _insert_boundaries(graph, keep_float: Set[str], settings) -> None:
             b = PyNode(_unique(graph, name, taken={n.name for n in new_nodes}), kind)
             nt = PyTensor(b.name, t.betensor, float_dtype or t.dtype, t.ir_shape)
             nt.statistics = t.statistics
+            nt.source_grid = t.source_grid if kind == OpType.Quantize else None  # a pre-quantized source's grid
             b.inputs, b.outputs = [t], [nt]
             b.attrs["boundary_of"] = reader.name
             settings[b.name] = settings[reader.name]
@@ -327,7 +329,8 @@ def _boundaries(graph, keep_float: Set[str], settings):
     float dtype of a DeQuantize) in order) of every boundary of the settings."""
     producer = {t.name: n for n in graph.nodes for t in n.outputs}
     for node in graph.nodes:
-        is_float = node.name in keep_float or node.type == OpType.Quantize
+        # a Quantize reads floats, a DeQuantize integers (a pre-quantized source's, kept float, too)
+        is_float = node.name in keep_float and node.type != OpType.DeQuantize or node.type == OpType.Quantize
         for i, t in enumerate(node.inputs):
             src = producer[t.name]
             if t.qinvariant:

@@ -243,8 +243,10 @@ def _layer_values(cfg, node, float_ops, graph_outputs, integer: bool = False) ->
         # a model's outputs are its answer: a clipping strategy that flattens the
         # largest logits changes the argmax (kld: Lite0 top-1 0.62 instead of 0.87)
         values["calibration_strategy_for_activation"] = OUTPUT_STRATEGY
+    # a pre-quantized source's layer keeps its integer grids (ir/compat.py): an fp8 quant_type does not reach it
+    stated = node.holds_source_grids
     values.update(quant_type_settings(cfg.of("quant_type", node), node.type, node.params.get("with_activation", "NONE"),
-                                      minifloat=not integer))
+                                      minifloat=not integer and not stated))
     for key, pl in cfg.per_layer.items():
         if key == "trigger_float_op":
             mode = pl.get(node)
@@ -253,6 +255,10 @@ def _layer_values(cfg, node, float_ops, graph_outputs, integer: bool = False) ->
             hit, value = pl.local(node)
             if hit:
                 values[key] = value
+    if node.attrs.get("source_float"):  # a pre-quantized source computes it in float (ir/compat.py)
+        values["trigger_float_op"] = "float32_preferred"
+    elif stated and node.type == "Quantize":  # the source's own conversion into its integers
+        values["trigger_float_op"] = False
     return values
 
 

@@ -12,8 +12,9 @@ from . import formats, minifloat, qmath
 from .bias_bits import adapted_bias_bits
 from .settings import settings_of
 from .statistics import Statistics
-from .strategies import activation_range_of, calibrate_range
+from .strategies import activation_range_of
 from .weight_plans import planned, set_planned
+from .weight_ranges import weight_range
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -51,7 +52,12 @@ def plan_activation_range(t: PyTensor, lo: Optional[float], hi: Optional[float])
 
 def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, signed: bool = None) -> None:
     """Decide t's quantization with the layer's activation settings, from [lo, hi] or
-    its activation_range: signed when the range has negative values (or as asked)."""
+    its activation_range: signed when the range has negative values (or as asked). A
+    tensor with a pre-quantized source's grid (t.source_grid) takes that grid."""
+    if t.source_grid is not None:  # a pre-quantized source's grid: decided, not chosen
+        g = t.source_grid
+        set_quantization(t, g.scale, g.zp, g.dtype.qmin, g.dtype.qmax, g.dtype.bits, g.dtype.is_signed)
+        return
     st = settings_of(node)
     method = st.quantize_method_for_activation
     if method.per_channel:
@@ -174,68 +180,14 @@ class WeightGrid:
         return qmath.dequantize(q, self.along(self.scale), self.along(self.zp))
 
 
-def weight_range(node, key: str = "weights", axis: int = 0, groups: int = 1) -> tuple:
-    """(lo, hi) of float constant `key` that its grid covers: a global calibration
-    method's planned range, or the calibrated one: per channel along `axis`, per group
-    of channels (per-tensor settings on a grouped layer, as the tool chain does), per
-    block (per_block_* methods: _block_range), or per tensor (numbers); 0 always inside."""
-    planned_range = planned(node, "planned_ranges", key)
-    if planned_range is not None:
-        return planned_range
-    st = settings_of(node)
-    w = node.get_constant(key).betensor.detach().to(torch.float32).cpu()
-    method = st.quantize_method_for_weight
-    if method.per_block:
-        return _block_range(node, w)
-    per_group = not method.per_channel and groups > 1 and not st.weight_only  # (groups share a rescale)
-    stats = Statistics.of_constant(w, st.histc_bins, axis if method.per_channel or per_group else None)
-    lo, hi = calibrate_range(stats, st.calibration_strategy_for_weight, st.weight_bits, method.symmetric)
-    if per_group:
-        size = w.shape[axis] // groups
-        lo = lo.reshape(groups, size).min(dim=1).values.repeat_interleave(size)
-        hi = hi.reshape(groups, size).max(dim=1).values.repeat_interleave(size)
-    if isinstance(lo, torch.Tensor):
-        return _zero_channels_typical(lo.clamp(max=0.0), hi.clamp(min=0.0))
-    return min(lo, 0.0), max(hi, 0.0)
-
-
-def _block_range(node, w: torch.Tensor) -> tuple:
-    """Per-block (lo, hi) [channels * blocks], each block's statistics under the weight
-    strategy, as the tool chain calibrates a row of its blocks; only a layer kept in
-    float takes them (integer layers rescale one accumulator per channel)."""
-    st = settings_of(node)
-    if not st.weight_only:
-        raise QuantizeError(f"layer '{node.name}' ({node.type}): {st.quantize_method_for_weight} weights need "
-                            f"weight-only quantization (trigger_float_op = float16_act_int_wht, or bfloat16_/"
-                            f"float32_); a layer computed in integers takes one scale per channel")
-    full, tail = formats.blocks(w, st.weight_block_size)
-    parts = []
-    for part in (full, tail):
-        if part is not None and part.numel():
-            stats = Statistics.of_constant(part, st.histc_bins, 0)
-            lo, hi = calibrate_range(stats, st.calibration_strategy_for_weight, st.weight_bits,
-                                     st.quantize_method_for_weight.symmetric)
-            parts.append((lo.reshape(w.shape[0], -1), hi.reshape(w.shape[0], -1)))
-    lo, hi = (torch.cat(side, dim=1).reshape(-1) for side in zip(*parts))
-    return lo.clamp(max=0.0), hi.clamp(min=0.0)
-
-
-def _zero_channels_typical(lo: torch.Tensor, hi: torch.Tensor) -> tuple:
-    """Channels whose weights are all zero take the median range of the others. Any
-    grid holds their zeros; the tool chain's scale 1 for an empty range gives such a
-    channel a rescale ratio far above the others', and under the one shift of
-    unify_shifts_for_aiff the others' multipliers then round to 0 (16-bit EfficientNet-Lite0:
-    19 of a depthwise layer's 32 channels constant, top-1 0.000)."""
-    empty = (lo == 0) & (hi == 0)
-    if bool(empty.any()) and not bool(empty.all()):
-        lo, hi = lo.clone(), hi.clone()
-        lo[empty], hi[empty] = lo[~empty].median(), hi[~empty].median()
-    return lo, hi
-
-
 def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1, rng: tuple = None) -> WeightGrid:
     """The grid of float constant `key` over its weight_range (or `rng`): symmetric (zp 0)
-    or asymmetric, signed, weight_bits wide; or the minifloat weights format at largest / absmax."""
+    or asymmetric, signed, weight_bits wide; or the minifloat weights format at largest / absmax;
+    or the grid a pre-quantized source states for it (its source_grid)."""
+    source = node.get_constant(key).source_grid
+    if source is not None:  # a pre-quantized source's grid (and integers: weight_integers)
+        shape, dtype = node.get_constant(key).betensor.shape, source.dtype
+        return WeightGrid(source.scale, source.zp, dtype.qmin, dtype.qmax, dtype.bits, axis, shape)
     st = settings_of(node)
     method = st.quantize_method_for_weight
     lo, hi = rng if rng is not None else weight_range(node, key, axis, groups)
@@ -278,9 +230,12 @@ def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
 
 
 def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
-    """The integers constant `key` will be stored as (float32, on the CPU): the rounding a
-    global calibration method planned for it, or the nearest."""
-    w = node.get_constant(key).betensor
+    """The integers constant `key` will be stored as (float32, on the CPU): a pre-quantized
+    source's, the rounding a global calibration method planned for it, or the nearest."""
+    c = node.get_constant(key)
+    if c.source_grid is not None and c.source_grid.integers is not None:  # the source's, exactly
+        return c.source_grid.integers.to(torch.float32).cpu()
+    w = c.betensor
     q = planned(node, "planned_integers", key)
     if q is not None and tuple(q.shape) == tuple(w.shape):
         return q.to(torch.float32).clamp(grid.qmin, grid.qmax)
@@ -295,7 +250,7 @@ def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1)
     q = weight_integers(node, key, grid)
     c.key_axis = axis if grid.per_channel else None
     c.block_size = grid.block
-    dtype = Dtype(grid.fmt) if grid.fmt else Dtype.integer(grid.bits, True)
+    dtype = Dtype(grid.fmt) if grid.fmt else c.source_grid.dtype if c.source_grid else Dtype.integer(grid.bits, True)
     c.betensor = q.to(dtype.torch_dtype).to(c.betensor.device)
     c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, grid.scale, grid.zp, grid.bits, grid.qmin, grid.qmax
     return grid.scale
@@ -378,7 +333,8 @@ def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "bi
     adapted = adapted_bias_bits(f, s, bits, effective) if compress and \
         st.cfg_attrs.get("bias_effective_bits_auto_adaption") else bits
     lo, hi = qmath.integer_range(adapted, True)
-    b = qmath.quantize(f, s, 0, lo, hi).to(torch.float64)
+    source = c.source_grid.integers if c.source_grid is not None else None  # a pre-quantized source's
+    b = (source.cpu() if source is not None else qmath.quantize(f, s, 0, lo, hi)).to(torch.float64)
     if compress:
         b = qmath.clear_low_bits(b, effective)
     b = (b + float(x_zp) * w_sums.cpu().to(torch.float64)).clamp_(lo, hi)

@@ -4,7 +4,8 @@ chain's rule) runs the integer forward; a layer left in float (mixed precision)
 runs the float one. `reads_other_kind` marks the boundary layers (Quantize reads
 floats, DeQuantize integers); `data_dependent_shapes` the layers whose top shapes follow
 their input values (a module's DATA_DEPENDENT_SHAPES): the IR's top shapes are bounds
-there. Every module of this package that defines FLOAT and
+there; `reads_integers` the float layers that compute on integers as they are, scaled or
+not (a module's READS_INTEGERS: a pre-quantized source's integer layers). Every module of this package that defines FLOAT and
 INT (dicts layer type -> forward) joins the table: a new op family is a new file."""
 import importlib
 import pkgutil
@@ -18,6 +19,7 @@ class Op:
     int_fn: Optional[Callable]
     reads_other_kind: bool = False
     data_dependent_shapes: bool = False
+    reads_integers: bool = False  # its float forward takes integers as they are, scaled or not
 
 
 def _table(*modules) -> Dict[str, Op]:
@@ -26,7 +28,8 @@ def _table(*modules) -> Dict[str, Op]:
     ints = {k: v for m in modules for k, v in m.INT.items()}
     reads_other_kind = set().union(*(getattr(m, "READS_OTHER_KIND", ()) for m in modules))
     from_data = set().union(*(getattr(m, "DATA_DEPENDENT_SHAPES", ()) for m in modules))
-    table = {t: Op(floats.get(t), ints.get(t), t in reads_other_kind, t in from_data) for t in types}
+    integers = set().union(*(getattr(m, "READS_INTEGERS", ()) for m in modules))
+    table = {t: Op(floats.get(t), ints.get(t), t in reads_other_kind, t in from_data, t in integers) for t in types}
     table["Input"] = Op(None, None)  # the runner feeds inputs itself
     return table
 

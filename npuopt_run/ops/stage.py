@@ -227,10 +227,14 @@ def along(v, axis: int, ndim: int):
 
 
 def same_quantization(layer, info) -> None:
-    """Layers that move integers unchanged need every top to share the input's scale/zp."""
+    """Layers that move integers unchanged need every top to share the input's scale/zp
+    (unscaled integers, scale 1 on both sides, may differ in zero point: the tool chain's
+    ConvInteger gives the tensor it reads zero point -x_zero_point, behind such layers too)."""
     scale, zp = info.quant(layer)
     for i, top in enumerate(layer.tops):
-        if (layer.top_scales[i], layer.top_zps[i]) != (scale, zp) or layer.top_types[i] != info.dtype:
+        unscaled = layer.top_scales[i] == scale == 1
+        if (layer.top_scales[i], layer.top_zps[i]) != (scale, zp) and not unscaled or \
+                layer.top_types[i] != info.dtype:
             raise layer.error(f"top '{top}' scale/zp/dtype ({layer.top_scales[i]}, {layer.top_zps[i]}, "
                               f"{layer.top_types[i].name}) differ from input '{info.name}' "
                               f"({scale}, {zp}, {info.dtype.name}); this layer does not rescale")

@@ -25,6 +25,12 @@ class Case:
     parser: Dict[str, str] = field(default_factory=dict)  # parser cases: more [Common] fields of parser.cfg
     run_samples: int = 4                     # samples of in*.npy; 1 where the IR addresses batch 1 in constants
     dtypes: Tuple[str, ...] = ()             # the inputs' IR dtypes (int8, int32, ...); float32 where not given
+    # run inputs as float32 values, which npuopt-run quantizes on the input's grid: integer
+    # inputs whose grid has a zero point (an integer array there would be the grid's integers)
+    run_as_floats: bool = False
+    # parser cases: reference(model file, run inputs) -> the source model's outputs on them
+    # (a pre-quantized model as its own runtime computes it), saved as source_outputs.npz
+    reference: Callable = None
 
     def dtype_of(self, i: int) -> str:
         return self.dtypes[i] if i < len(self.dtypes) else "float32"
@@ -81,6 +87,13 @@ def uniform_inputs(rng, shapes, n, value_range, run):
     return [uniform(rng, value_range, (n,) + s) for s in shapes]
 
 
+def integer_inputs(*ranges):
+    """A Case's `data`: integer-valued float32 inputs, input i in ranges[i] (inclusive)."""
+    def data(rng, shapes, n, value_range, run):
+        return [rng.integers(lo, hi + 1, (n,) + s).astype(np.float32) for s, (lo, hi) in zip(shapes, ranges)]
+    return data
+
+
 # ---- a case's folder besides its IR ----------------------------------------------
 CALIB_SAMPLES = 8
 
@@ -122,7 +135,8 @@ def write_case_data(folder: str, case, rng, writer: str = "gen_op_tests.py") -> 
     name = os.path.basename(folder)
     data = case.data or uniform_inputs
     calib = case.typed(data(rng, case.inputs, CALIB_SAMPLES, case.calib_range, False))
-    run = case.typed(data(rng, case.inputs, case.run_samples, case.run_range, True))
+    run = data(rng, case.inputs, case.run_samples, case.run_range, True)
+    run = [x.astype(np.float32) for x in run] if case.run_as_floats else case.typed(run)
     if len(case.inputs) == 1:
         np.save(os.path.join(folder, "calib.npy"), calib[0])
         dataset, ext = "NumpyDataset", "npy"

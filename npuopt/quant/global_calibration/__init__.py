@@ -58,8 +58,9 @@ class Context:
         return tqdm(items, desc=desc, total=total, unit=unit, leave=False, disable=not self.ranks.main)
 
     def in_scope(self, node) -> bool:
-        """Whether the running method applies to `node` (every layer when its scope is not given)."""
-        return self.scope is None or self.scope(node)
+        """Whether the running method applies to `node` (every layer when its scope is not given;
+        never one holding a pre-quantized source's grids, which are decided: ir/compat.py)."""
+        return not node.holds_source_grids and (self.scope is None or self.scope(node))
 
 
 @contextlib.contextmanager
