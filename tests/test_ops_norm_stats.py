@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from npuopt.errors import IRError
 from npuopt.ir.builder import GraphBuilder
-from npuopt.ops.normalization import rsqrt_15
+from npuopt.ops._rsqrt import rsqrt_15
 from npuopt.quant.compare import dequantized
 from tests.test_ops_float import close, nhwc, run
 from tests.test_ops_norm import spread_channels
