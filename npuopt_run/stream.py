@@ -60,10 +60,11 @@ class Column:
         self.scalar: Optional[np.ndarray] = None
 
     def append(self, value: np.ndarray) -> None:
-        value = np.ascontiguousarray(value, self.dtype)
-        if not value.ndim:
+        value = np.asarray(value, self.dtype)
+        if not value.ndim:   # (np.ascontiguousarray would make it 1-D)
             self.scalar = value
             return
+        value = np.ascontiguousarray(value)
         if self.tail is None:
             self.tail = value.shape[1:]
         elif value.shape[1:] != self.tail:

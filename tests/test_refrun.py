@@ -681,12 +681,14 @@ def test_op(case):
 
 
 def test_op_tests_are_what_the_generator_writes(tmp_path):
-    """The committed folders are reproduced byte for byte by tools/gen_op_tests.py."""
+    """The committed folders are reproduced byte for byte by tools/gen_op_tests.py (but those
+    tools/parser_op_tests.py wrote with the tool chain's parser: they hold its parser.cfg)."""
     import gen_op_tests
 
+    generated = [c for c in OP_CASES if not os.path.isfile(os.path.join(OP_TESTS, c, "parser.cfg"))]
     gen_op_tests.main([str(tmp_path)])
-    assert sorted(os.listdir(tmp_path)) == OP_CASES
-    for case in OP_CASES:
+    assert sorted(os.listdir(tmp_path)) == generated
+    for case in generated:
         for name in os.listdir(tmp_path / case):
             with open(tmp_path / case / name, "rb") as a, open(os.path.join(OP_TESTS, case, name), "rb") as b:
                 assert a.read() == b.read(), f"op_tests/{case}/{name} differs from what the generator writes"

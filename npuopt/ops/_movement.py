@@ -105,10 +105,11 @@ def batch_dims_of(node, data: torch.Tensor, indices: torch.Tensor, limit: int) -
     return bd
 
 
-def index_output_quantization(node, t, bits: int) -> None:
-    """An output of indices: integers as they are (scale 1, zp 0, qinvariant), unsigned."""
+def index_output_quantization(node, t, bits: int, signed: bool = False) -> None:
+    """An output of indices or counts: integers as they are (scale 1, zp 0, qinvariant),
+    unsigned unless `signed`."""
     from ..dtype import Dtype
     t.scale, t.zerop, t.qbits = 1.0, 0, bits
-    t.dtype = Dtype.integer(bits, False)
+    t.dtype = Dtype.integer(bits, signed)
     t.qmin, t.qmax = t.dtype.qmin, t.dtype.qmax
     t.qinvariant = True
