@@ -313,8 +313,26 @@ def applies(setting: str, ir: Path) -> bool:
 
 
 # op tests whose float IR OPT's float forward runs too (OPT cannot run the negative pads of `pad`)
-FLOAT_OP_CASES = [c for c in OP_CASES if c not in ("pad", "pad_nonnegative")]
-OP_PARAMS = [pytest.param(c, s, id=f"{c}-{s}") for c in OP_CASES for s in SETTINGS
+# layer types the parser writes that OPT 4.2 has no op for: it cannot read an IR that holds
+# one, so those op tests are checked against npuopt-run and their own NumPy references only
+OPT_LACKS = {"RefineDetDetection": "OPT limitation: OPT 4.2 has no RefineDetDetection op (the parser writes it "
+                                   "from Caffe RefineDet); npuopt's definition is checked against npuopt-run "
+                                   "(op_tests/refinedet) and a NumPy reference (tests/test_ops_detection.py)"}
+
+
+def opt_lacks(case: str) -> List[str]:
+    """The reasons OPT cannot run op test `case` (its IR holds a layer type OPT has no op for)."""
+    text = (OP_TESTS / case / f"{case}.txt").read_text() if (OP_TESTS / case / f"{case}.txt").is_file() else ""
+    return [reason for kind, reason in OPT_LACKS.items() if f"layer_type={kind}\n" in text]
+
+
+def _op_param(*values, id: str):
+    reasons = opt_lacks(values[0])
+    return pytest.param(*values, id=id, marks=[pytest.mark.xfail(reason=reasons[0], run=False)] if reasons else [])
+
+
+FLOAT_OP_CASES = [_op_param(c, id=c) for c in OP_CASES if c not in ("pad", "pad_nonnegative")]
+OP_PARAMS = [_op_param(c, s, id=f"{c}-{s}") for c in OP_CASES for s in SETTINGS
              if applies(s, OP_TESTS / c / f"{c}.txt")]
 
 
@@ -327,7 +345,7 @@ def op_runs(request, oracle, tmp_path_factory) -> Dict[Tuple[str, str], Run]:
     for case in conformance_only_cases():
         write_case(case, str(root / "cases"))
         folders[case.name] = root / "cases" / case.name
-    wanted = selected(request, "test_op_case", "case", "setting")
+    wanted = [(c, s) for c, s in selected(request, "test_op_case", "case", "setting") if not opt_lacks(c)]
     half = (len(wanted) + 1) // 2
     runs = {}
     for part in (wanted[:half], wanted[half:]):  # OPT starts on the first half while the second is quantized
@@ -356,7 +374,7 @@ def op_float_runs(request, oracle, tmp_path_factory) -> Dict[str, Run]:
     OPT's float forward started on all of them."""
     root = tmp_path_factory.mktemp("op_float_conformance")
     runs = {}
-    for (case,) in selected(request, "test_op_float", "case"):
+    for (case,) in [c for c in selected(request, "test_op_float", "case") if not opt_lacks(c[0])]:
         folder, copy = OP_TESTS / case, root / case
         copy.mkdir()
         for suffix in (".txt", ".bin"):

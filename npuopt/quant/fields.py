@@ -187,37 +187,40 @@ class BranchRescales:
     multiplier_type: Dtype = Dtype.UINT16
     shift_types: Union[Dtype, List[Dtype]] = SHIFT_DTYPE
 
-    def write(self, node) -> None:
-        for k in ("scale", "shift", "scale_value", "shift_value", "scale_type", "shift_type"):
+    def write(self, node, prefix: str = "") -> None:
+        """As `<prefix>scale_value`, `<prefix>shift_value` and their types (RegionFuse's
+        `score_`/`box_` pairs), or the constants `<prefix>scale`/`<prefix>shift` per channel."""
+        sc, sh = f"{prefix}scale", f"{prefix}shift"
+        for k in (sc, sh, f"{sc}_value", f"{sh}_value", f"{sc}_type", f"{sh}_type"):
             node.params.pop(k, None)
             node.constants.pop(k, None)
         per_channel = any(isinstance(m, torch.Tensor) and m.numel() > 1 for m in self.multipliers)
         if per_channel:
-            set_constant(node, "scale", torch.stack([torch.as_tensor(m) for m in self.multipliers]),
+            set_constant(node, sc, torch.stack([torch.as_tensor(m) for m in self.multipliers]),
                          self.multiplier_type)
             shifts = torch.stack([torch.as_tensor(s) for s in self.shifts]) if isinstance(self.shifts, list) \
                 else torch.as_tensor(self.shifts)
-            set_constant(node, "shift", shifts, self.shift_types if isinstance(self.shift_types, Dtype)
+            set_constant(node, sh, shifts, self.shift_types if isinstance(self.shift_types, Dtype)
                          else self.shift_types[0])
             return
-        node.params["scale_value"] = [int(m) for m in self.multipliers]
-        node.params["shift_value"] = [int(s) for s in self.shifts] if isinstance(self.shifts, list) \
+        node.params[f"{sc}_value"] = [int(m) for m in self.multipliers]
+        node.params[f"{sh}_value"] = [int(s) for s in self.shifts] if isinstance(self.shifts, list) \
             else int(self.shifts)
-        node.params["scale_type"] = [self.multiplier_type.value] * len(self.multipliers)
-        node.params["shift_type"] = [t.value for t in self.shift_types] if isinstance(self.shift_types, list) \
+        node.params[f"{sc}_type"] = [self.multiplier_type.value] * len(self.multipliers)
+        node.params[f"{sh}_type"] = [t.value for t in self.shift_types] if isinstance(self.shift_types, list) \
             else self.shift_types.value
 
     @classmethod
-    def read(cls, node, count: int) -> Optional["BranchRescales"]:
+    def read(cls, node, count: int, prefix: str = "") -> Optional["BranchRescales"]:
         """The stored multipliers/shifts, or None when the layer stores none (its inputs
         already share the output's quantization)."""
-        m = _param_or_constant(node, "scale_value", "scale")
-        s = _param_or_constant(node, "shift_value", "shift")
+        m = _param_or_constant(node, f"{prefix}scale_value", f"{prefix}scale")
+        s = _param_or_constant(node, f"{prefix}shift_value", f"{prefix}shift")
         if m is None:
             return None
         ms = list(m) if isinstance(m, (list, torch.Tensor)) else [m]
         if len(ms) != count:
-            raise IRError(f"layer '{node.name}' ({node.type}): scale_value has {len(ms)} multipliers, "
+            raise IRError(f"layer '{node.name}' ({node.type}): {prefix}scale_value has {len(ms)} multipliers, "
                           f"expected {count}")
         shifts = 0 if s is None else (list(s) if isinstance(s, list) else s)
         return cls([_int_or_tensor(v, node, "scale") for v in ms],
