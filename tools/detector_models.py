@@ -23,7 +23,7 @@ import torch.nn.functional as F
 BN_EPS = 1e-3
 # the YOLO anchors (width, height in cells) of the 13x13 grid, then of the 26x26 one: large
 # enough that a box and its neighbour one cell away overlap with IoU >= 0.5
-YOLO_ANCHORS = [3, 3, 5, 6, 9, 8, 3, 4, 4, 3, 6, 6]  # EfficientNet's BatchNorm epsilon
+YOLO_ANCHORS = [4, 4, 6, 7, 9, 8, 5, 5, 6, 8, 8, 6]  # EfficientNet's BatchNorm epsilon
 # Lite0's 16 MBConv blocks: (stride, expanded) per block; kernel sizes and widths come from the weights
 LITE0_STRIDES = [1, 2, 1, 2, 1, 2, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1]
 
@@ -155,11 +155,17 @@ class SSDLite(nn.Module):
         return torch.cat(classes, 1), torch.cat(boxes, 1)
 
 
+def smooth(x: torch.Tensor) -> torch.Tensor:
+    """A 3x3 average of each cell with its neighbours (the predictors' inputs vary smoothly
+    from cell to cell, and their quantization noise averages out)."""
+    return F.avg_pool2d(x, 3, 1, 1)
+
+
 class YOLOTiny(nn.Module):
     """A YOLOv3-tiny-style head on Lite0 blocks 0-10: the 13x13 grid is block 10 (14x14)
     averaged over 2x2 windows, the 26x26 grid that upsampled beside block 4 (28x28) averaged
-    over 3x3 windows; a 1x1 predictor on each gives 3 anchors x (tx, ty, tw, th, object,
-    80 classes) per cell."""
+    over 3x3 windows, each smoothed; a 1x1 predictor on each gives 3 anchors x (tx, ty, tw,
+    th, object, 80 classes) per cell."""
     CLASSES = 80
     ANCHORS = 3
 
@@ -172,8 +178,8 @@ class YOLOTiny(nn.Module):
 
     def towers(self, x):
         s8, s16 = self.trunk(x.permute(0, 3, 1, 2))
-        coarse = F.avg_pool2d(s16, 2, 1)
-        fine = torch.cat([F.interpolate(coarse, scale_factor=2, mode="nearest"), F.avg_pool2d(s8, 3, 1)], 1)
+        coarse = smooth(F.avg_pool2d(s16, 2, 1))
+        fine = smooth(torch.cat([F.interpolate(coarse, scale_factor=2, mode="nearest"), F.avg_pool2d(s8, 3, 1)], 1))
         return coarse, fine
 
     def forward(self, x):
