@@ -13,13 +13,14 @@ if [ ! -f $SHARED/data/imagenet_sample/labels.tsv ] || [ ! -f $TARBALL ]; then
     echo "SKIP $MODEL: ../shared (data/imagenet_sample, the Compass Optimizer's tarball) is absent"; exit 0
 fi
 PY=${PYTHON:-python3}
-mkdir -p work
-if [ ! -d work/opt_plugins/plugins ]; then
-    mkdir -p work/opt
-    tar xzf $TARBALL -C work/opt AIPUBuilder/Optimizer/plugins
-    "$PY" ../../tools/port_opt_plugins.py work/opt/AIPUBuilder/Optimizer work/opt_plugins >/dev/null
-fi
+# the ported plugins live outside the repo: they are the reference's code, not the project's
+PLUGINS=$(mktemp -d)
+tar xzf $TARBALL -C "$PLUGINS" AIPUBuilder/Optimizer/plugins
+"$PY" ../../tools/port_opt_plugins.py "$PLUGINS/AIPUBuilder/Optimizer" "$PLUGINS/ported" >/dev/null
 "$PY" ../detector_data.py "$MODEL.txt" "$LAYOUT" work
-AIPUPLUGIN_PATH="$PWD/work/opt_plugins/plugins" npuopt --cfg opt.cfg "$@"
+status=0
+AIPUPLUGIN_PATH="$PLUGINS/ported/plugins" npuopt --cfg opt.cfg "$@" || status=$?
+rm -rf "$PLUGINS"
+[ $status -eq 0 ] || exit $status
 # shellcheck disable=SC2086  # CHECKS is a list of options
 exec "$PY" ../check_report.py "work/out/${MODEL}_report.json" $CHECKS
