@@ -48,7 +48,7 @@ output_dir = out
 
 # name -> (model class, head settings for init_*, parser settings, output names)
 MODELS = {
-    "ssd_lite0": (dm.SSDLite, dm.init_ssd, dict(logit_std=4.0, rank=3, boxes_per_image=150.0),
+    "ssd_lite0": (dm.SSDLite, dm.init_ssd, dict(logit_std=4.0, rank=3, boxes_per_image=400.0),
                   {"detection_postprocess": "ssd", "feature_map": "[14,14],[7,7]", "class_num": "8",
                    "image_width": "224", "image_height": "224"},
                   ["class_logits", "box_codes"]),
