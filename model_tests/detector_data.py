@@ -10,7 +10,8 @@ metrics measure the quantized detections against the float ones.
 
 LAYOUT is BoxAgreementMetric's (ssd, yolo): which outputs hold the detections. Prints
 the float detections' count per image and the time the float forward took. Files already
-in OUT are kept (delete OUT to write them again), labels.npy while it is newer than the IR.
+in OUT are kept (delete OUT to write them again), labels.npy while it is newer than the IR
+(its .txt and .bin).
 """
 import argparse
 import csv
@@ -64,7 +65,9 @@ def main(argv=None) -> int:
         if not os.path.isfile(os.path.join(opts.out, f"{name}.npy")):
             np.save(os.path.join(opts.out, f"{name}.npy"), make())
     path = os.path.join(opts.out, "labels.npy")
-    if not os.path.isfile(path) or os.path.getmtime(path) < os.path.getmtime(opts.ir):
+    weights = os.path.splitext(opts.ir)[0] + ".bin"
+    if not os.path.isfile(path) or os.path.getmtime(path) < max(os.path.getmtime(f) for f in (opts.ir, weights)
+                                                               if os.path.isfile(f)):
         start = time.time()
         labels = float_detections(opts.ir, opts.layout, np.load(os.path.join(opts.out, "val.npy")))
         counts = [len(v[0]) for v in labels.values()]
