@@ -4,7 +4,8 @@ x2 + RegionFuse + NMS; both float IRs written by the tool chain's parser). Each 
 Compass Optimizer's plugins, writes the float model's detections on the 500 `val` images as box
 labels, quantizes with the defaults and measures: the quantized model keeps at least 95% of the
 float boxes (BoxAgreementMetric), and OPT's SSDmAP / YOLOmAP plugins run on both graphs. Slow
-(about 2 minutes each on 2 free cores); they skip where ../shared is absent."""
+(about 2 CPU minutes each, both together 4.2 with OMP_NUM_THREADS=1, figures in
+docs/detector-model-tests.md); they skip where ../shared is absent."""
 import json
 import os
 import subprocess
