@@ -9,6 +9,8 @@ _ = object()
 
 _.optionxform        # configparser reads option names through this hook
 _.create_module      # importlib's loader protocol (npuopt/plugins.py)
+_.graph_optimization_level  # ONNX Runtime's SessionOptions, read by ONNX Runtime (tools/make_detector_irs.py)
+_.optimized_model_filepath
 
 # OPT's plugin API (npuopt/node.py, npuopt/tensor.py, npuopt/utils, npuopt/registry.py)
 _.approximated
