@@ -100,6 +100,10 @@ OPT_GRID_SAMPLE_LIMITATION = ("OPT limitation: its GridSample forward computes C
 # gets them right passes and shows)
 OPT_SUBSTITUTES = {"grid_sample_cubic_reflection": OPT_GRID_SAMPLE_LIMITATION,
                    "parser_grid_sample_cubic_reflection": OPT_GRID_SAMPLE_LIMITATION}
+OPT_RNN_GATES_LIMITATION = ("OPT limitation: its recurrent layers know only SIGMOID and TANH gates; its forward stops "
+                            "with a KeyError on the other ONNX activations the parser writes (HARDSIGMOID, ...)")
+OTHER_GATES = re.compile(r"KeyError\('(RELU|AFFINE|LEAKYRELU|THRESHOLDEDRELU|SCALEDTANH|HARDSIGMOID|ELU|SOFTSIGN"
+                         r"|SOFTPLUS)'\)")
 OPT_PAD_LIMITATION = ("OPT limitation: its REFLECT/SYMMETRIC Pad runs np.pad, which rejects the negative "
                       "pads of this case; pad_nonnegative checks the same layers")
 
@@ -287,6 +291,12 @@ def first_difference(graph, opt: OptResult) -> str:
 FLOAT32_SUMS = ("OPT sums 16-bit MatMul and ConvTranspose products in float32 (inexact above 2^24); npuopt "
                 "computes the exact integer sums (docs/integer-semantics.md, MatMul and ConvTranspose)")
 FLOAT32_SUM_TYPES = ("(MatMul) tensor", "(ConvTranspose) tensor")
+# OPT's GRU forward keeps 16-bit integers in float32 (sums of products, rescaled terms): past 2^24
+# they round; with those steps in float64 its forward gives npuopt's integers exactly (test_ops_rnn.py)
+OPT_GRU_FLOAT32 = ("OPT limitation: its GRU forward holds 16-bit integers in float32 (sums and rescaled terms "
+                   "past 2^24 round); in float64 it computes npuopt's integers exactly")
+GRU_TYPES = ("(GRUv1) tensor", "(GRUv3) tensor")
+WIDE_SETTINGS = ("act16", "w16a16", "w16a16_remain")
 
 
 def check_conformance(run: Run, record_property, float32_sums_differ: bool = False, lsb=None,
@@ -300,8 +310,9 @@ def check_conformance(run: Run, record_property, float32_sums_differ: bool = Fal
     opt = run.opt.result()
     share, problems = compare_with_opt(graph, outputs, opt, lsb)
     record_property("identical_share", share)
-    if problems and float32_sums_differ and any(t in problems[-1] for t in FLOAT32_SUM_TYPES):
-        pytest.xfail(f"{FLOAT32_SUMS}: {problems[-1]}")
+    for types, reason in ((FLOAT32_SUM_TYPES, FLOAT32_SUMS), (GRU_TYPES, OPT_GRU_FLOAT32)):
+        if problems and float32_sums_differ and any(t in problems[-1] for t in types):
+            pytest.xfail(f"{reason}: {problems[-1]}")
     expect_random_regions(random_regions, problems)
     assert not problems, f"{run.label} ({run.txt}):\n" + "\n".join(problems)
 
@@ -402,7 +413,10 @@ def test_op_case(case, setting, op_runs, record_property):
     run = op_runs[case, setting]
     if case == "pad" and run.opt is not None and any("negative values" in e for e in run.opt.result().errors):
         pytest.xfail(OPT_PAD_LIMITATION)
-    check_conformance(run, record_property, random_regions=case in RANDOM_REGION_CASES)
+    if run.opt is not None and any(OTHER_GATES.search(e) for e in run.opt.result().errors):
+        pytest.xfail(OPT_RNN_GATES_LIMITATION)
+    check_conformance(run, record_property, float32_sums_differ=setting in WIDE_SETTINGS,
+                      random_regions=case in RANDOM_REGION_CASES)
 
 
 # ---- float forwards of the op tests' IRs ------------------------------------------------
@@ -436,6 +450,8 @@ def test_op_float(case, op_float_runs, record_property):
         pytest.xfail(OPT_WHERE_LIMITATION)
     if any('"scale_value" not exist' in e and "OpType.Mod" in e for e in problems):
         pytest.xfail(OPT_INTEGER_MOD_LIMITATION)
+    if any(OTHER_GATES.search(e) for e in problems):
+        pytest.xfail(OPT_RNN_GATES_LIMITATION)
     if opt.npz.is_file():
         share, output_problems = compare_outputs([t.name for t in graph.output_tensors], outputs, opt.outputs,
                                                  exact=True)
@@ -551,7 +567,7 @@ def test_model(model, setting, model_runs, record_property, tmp_path):
     # before OPT's check, which may end in an expected failure: npuopt-run's integers and floats
     # are npuopt's, float layers included (both compute them in float64)
     check_refrun(run, ours, tmp_path, exact=True)
-    check_conformance(run, record_property, float32_sums_differ=setting in ("act16", "w16a16", "w16a16_remain"),
+    check_conformance(run, record_property, float32_sums_differ=setting in WIDE_SETTINGS,
                       lsb=FLOAT_LINEAR_LSB if setting in FLOAT_LINEAR_SETTINGS else None)
 
 

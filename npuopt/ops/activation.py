@@ -214,8 +214,8 @@ def lut_index_base(t) -> int:
     return t.qmin - 1 if t.dtype.is_signed and -t.qmin == t.qmax else t.qmin
 
 
-def build_lut(node, fn, inp, out) -> torch.Tensor:
-    """Table of 2^k entries (k = min(input bits, lut_items_in_bits)) for the tool chain's
+def build_lut(node, fn, inp, out, items_bits: int = None) -> torch.Tensor:
+    """Table of 2^k entries (k = min(input bits, `items_bits` or lut_items_in_bits)) for the tool chain's
     lookup: index = q - base; with b = bits - k > 0 the output is
     lut[i] + ((lut[i+1] - lut[i]) * r) >> b (i = index >> b, r its low b bits, the last
     entry repeated past the end). With b = 0 entry i is fn at code base + i, quantized.
@@ -223,7 +223,7 @@ def build_lut(node, fn, inp, out) -> torch.Tensor:
     included, on average) to fn over every input code, so the flat last segment and
     the curvature between samples cost as little as they can."""
     bits = inp.qbits
-    k = min(bits, settings_of(node).lut_items_in_bits)
+    k = min(bits, items_bits or settings_of(node).lut_items_in_bits)
     b = bits - k
     codes = lut_index_base(inp) + torch.arange(1 << bits, dtype=torch.float64)
     ideal = fn((codes + float(inp.zerop)) / float(inp.scale)).to(torch.float64) * float(out.scale) - float(out.zerop)

@@ -11,7 +11,19 @@ from ..errors import ConfigError, QuantizeError
 from ..logger import OPT_WARN
 from ..node import PyNode
 from ..ranks import Ranks
+from ..tensor import PyTensor
 from .statistics import BatchPart, FiniteValues, Statistics
+
+
+def measured_of(node: PyNode) -> List[PyTensor]:
+    """What calibration measures of a layer: its tops, and its placeholders (the internal
+    tensors a layer's float forward keeps, e.g. a recurrent layer's gates and states;
+    made by the zero-input forward, before calibration)."""
+    return list(node.outputs) + list(node.placeholders)
+
+
+def measured(graph) -> List[PyTensor]:
+    return [t for node in graph.nodes for t in measured_of(node)]
 
 
 class Calibrator:
@@ -25,31 +37,32 @@ class Calibrator:
     def __init__(self, graph, bins: int, momentum: float, ranks: Ranks = None):
         self.graph = graph
         self.ranks = ranks or Ranks()
-        self.stats: Dict[str, Statistics] = {t.name: Statistics(bins, momentum) for t in graph.tensors}
-        self.producer = {t.name: n.name for n in graph.nodes for t in n.outputs}
+        self.stats: Dict[str, Statistics] = {t.name: Statistics(bins, momentum) for t in measured(graph)}
+        self.producer = {t.name: n.name for n in graph.nodes for t in measured_of(n)}
         self._warned: List[str] = []  # tensors with NaN/Inf, in the order they were seen
         self._parts: Dict[str, BatchPart] = {}
         self._idle = False            # no unit of this rank in the present step
 
     def observe(self, node: PyNode) -> None:
         """After `node` ran on this rank's unit (or, with no unit in this step, in its turn)."""
+        tensors = [t for t in measured_of(node) if t.name in self.stats]  # (placeholders made since: not)
         values = [None if self._idle or not t.betensor.is_floating_point() else FiniteValues.of(t.betensor)
-                  for t in node.outputs]  # integer tensors are qinvariant (PyGraph.mark_integer_tensors)
-        for t, v, span in zip(node.outputs, values, self._spans(node, values)):
+                  for t in tensors]  # integer tensors are qinvariant (PyGraph.mark_integer_tensors)
+        for t, v, span in zip(tensors, values, self._spans(tensors, values)):
             if v is not None:
                 self._parts[t.name] = v.part(self.stats[t.name].bins, span)
 
-    def _spans(self, node: PyNode, values: List[FiniteValues]) -> list:
-        """The histogram range each output's values are counted in: the range once the units
+    def _spans(self, tensors: List[PyTensor], values: List[FiniteValues]) -> list:
+        """The histogram range each tensor's values are counted in: the range once the units
         before this one widened it. In a job the ranks exchange their units' extrema, and
         the units of the step before this rank's widen it first."""
         if not self.ranks.parallel:
-            return [v and self.stats[t.name].hist_range_after(v.lo, v.hi) for t, v in zip(node.outputs, values)]
+            return [v and self.stats[t.name].hist_range_after(v.lo, v.hi) for t, v in zip(tensors, values)]
         extrema = torch.tensor([[v.lo, v.hi] if v is not None and v.lo is not None else [math.nan, math.nan]
                                 for v in values], dtype=torch.float64).reshape(len(values), 2)
         every = self.ranks.all_gather(extrema)
         spans = []
-        for i, t in enumerate(node.outputs):
+        for i, t in enumerate(tensors):
             span = None
             for r in range(self.ranks.rank + 1):
                 lo, hi = (float(e) for e in every[r][i])
@@ -130,6 +143,9 @@ def attach_statistics(graph, stats: Dict[str, Statistics], fill_missing: bool = 
         raise ConfigError(f"statistics lack tensor(s) {', '.join(missing[:5])}: the statistic_file "
                           f"belongs to another model; delete it to calibrate again"
                           f"{'' if fill_missing else ' (or set ignore_missing_statistic = true)'}")
+    for node in graph.nodes:  # placeholders: where the statistics have them (older files may not)
+        for t in node.placeholders:
+            t.statistics = stats.get(t.name, t.statistics)
     for t in graph.tensors:
         t.statistics = stats[t.name]
         if t.statistics.empty and not t.qinvariant:
@@ -148,7 +164,7 @@ class LayerCalibrator(Calibrator):
         self.trims = {}
         for node in graph.nodes:
             bins, momentum = cfg.of("histc_bins", node), cfg.of("running_statistic_momentum", node)
-            for t in node.outputs:
+            for t in measured_of(node):
                 self.stats[t.name] = Statistics(bins, momentum)
             trim = cfg.of("trim_infinity_before_statistic", node)
             if trim != ("clip", float("-inf"), float("inf")):

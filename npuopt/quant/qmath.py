@@ -78,8 +78,7 @@ def scratch(shape, dtype, device, slot: str) -> torch.Tensor:
 def shift_factor(multiplier, shift, device=None):
     """M * 2^-shift as a float64 (tensor): exact for |M| < 2^53 and shifts in [-1000, 1000]."""
     if isinstance(multiplier, torch.Tensor) or isinstance(shift, torch.Tensor):
-        m = _f64(multiplier, device)
-        s = torch.as_tensor(shift, device=device).to(torch.int64)
+        m, s = torch.broadcast_tensors(_f64(multiplier, device), torch.as_tensor(shift, device=device).to(torch.int64))
         return torch.ldexp(m, -s)
     return _f64(math.ldexp(float(multiplier), -int(shift)), device)
 
