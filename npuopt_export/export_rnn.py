@@ -12,8 +12,8 @@ from ONNX, so that the IR holds the layers and params a user of the tool chain g
 - initial states: Constant [1, hidden] when every batch row is the same (zeros when the
   model passes none; one Constant serves h0 and c0 of every layer then), else per layer
   and direction a slice of the model's state input.
-`tools/rnn_export_check.py` and tests/test_export_rnn.py make the same models through
-ONNX and the real parser and compare the layers."""
+tools/parser_cases/rnn_export.py makes the same models through ONNX and the real parser;
+tests/test_export_rnn.py compares the layers."""
 import operator
 
 import torch
