@@ -122,7 +122,9 @@ def train(name: str) -> None:
 
 def write_data(name: str, folder: Path) -> None:
     """calib.npy, val.npy (IR layout) and the val labels: KWS one-hot [N, 10] (labels.npy,
-    OPT's KeywordSpottingMetric takes them so); OCR the texts, one a line (labels.txt)."""
+    OPT's KeywordSpottingMetric takes them so); OCR the texts, one a line (labels.txt), and
+    the characters, one a line (charset.txt: OPT's OcrMetric fails on its built-in 'en' set,
+    a string it adds to a list, so it reads them from a file)."""
     folder.mkdir(parents=True, exist_ok=True)
     make = rnn_data.keyword_set if name == "kws_lstm" else rnn_data.text_set
     calib, _ = make(2000, CALIB)
@@ -133,6 +135,7 @@ def write_data(name: str, folder: Path) -> None:
         np.save(folder / "labels.npy", np.eye(len(rnn_data.KEYWORDS), dtype=np.float32)[labels])
     else:
         (folder / "labels.txt").write_text("".join(t + "\n" for t in labels))
+        (folder / "charset.txt").write_text("".join(c + "\n" for c in rnn_data.CHARSET))
 
 
 if __name__ == "__main__":

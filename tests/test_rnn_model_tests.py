@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, SHARED_DATA
 
 # model -> (the metric in its report, the floor of its accuracy)
-MODELS = {"kws_lstm": ("KeywordSpottingMetric", 0.95), "crnn_ocr": ("OcrMetric(en,None,false)", 0.85)}
+MODELS = {"kws_lstm": ("KeywordSpottingMetric", 0.95), "crnn_ocr": ("OcrMetric(ch,work/charset.txt,false)", 0.85)}
 TARBALL = SHARED_DATA.parent / "reference" / "compass_optimizer_4.2.tar.gz"
 
 
