@@ -16,6 +16,7 @@ import pickle
 import re
 import sys
 import traceback
+import warnings
 from collections import Counter
 from typing import List, Optional, Sequence, Tuple
 
@@ -30,6 +31,7 @@ from npuopt.passes import run_stage1
 
 from .export_graph import Exporter, canonical_perm
 from .export_ops import HANDLERS
+from .export_rnn import HANDLERS as RNN_HANDLERS
 
 MIN_COSINE = 0.9999  # below this the exported IR is wrong, not just rounded differently
 EXAMPLE_COPIES = 4  # float32 copies of the example inputs the export holds at once, at most
@@ -171,10 +173,13 @@ def export_model(model: torch.nn.Module, input_shapes: Sequence[Sequence[int]], 
     except (Exception, SystemExit) as e:
         raise ExportError(f"the model does not run on input shape {shapes_text}: {_raised(e)}") from e
     try:
-        program = torch.export.export(model, tuple(examples)).run_decompositions({})
+        with warnings.catch_warnings():
+            # nn.LSTM/nn.GRU re-read their weights into _flat_weights on every call: harmless
+            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
+            program = torch.export.export(model, tuple(examples)).run_decompositions({})
     except (Exception, SystemExit) as e:
         raise ExportError(f"torch.export cannot trace the model: {_raised(e)}") from e
-    graph = Exporter(program, model, name, HANDLERS).run(examples, input_layout == "nhwc")
+    graph = Exporter(program, model, name, {**HANDLERS, **RNN_HANDLERS}).run(examples, input_layout == "nhwc")
     run_stage1(graph, merge_matmul_scales=False)  # a float IR as the parser writes: no fused_multiplier
     inputs = [to_ir_layout(x) if input_layout == "nhwc" else x for x in examples]
     got = graph.forward(inputs)

@@ -242,13 +242,20 @@ class Exporter:
                            top_shape)
 
     def emit_split(self, x: Act, axis: int, shapes: List[Tuple[int, ...]]) -> List[Act]:
-        name = self.layer_name(self.node)
         sizes = [s[x.perm[axis]] for s in shapes]
-        tops = self.builder.layer("Split", name, [x.name], {"axis": axis, "splits": sizes}, n_tops=len(shapes))
-        acts = [Act(t, tuple(s), x.perm) for t, s in zip(tops, shapes)]
+        return self.emit_tops("Split", [x], {"axis": axis, "splits": sizes}, None, shapes)
+
+    def emit_tops(self, optype: str, bottoms: Sequence[Act], params, constants, shapes: Sequence[Sequence[int]],
+                  suffix: str = None) -> List[Act]:
+        """Add one layer of several tops for the current node; a top of the first input's
+        rank takes its layout, another one PyTorch's."""
+        name = self.layer_name(self.node, suffix)
+        tops = self.builder.layer(optype, name, [b.name for b in bottoms], params, constants, n_tops=len(shapes))
         self._used_names.update(tops)
+        perm = bottoms[0].perm
+        acts = [Act(t, tuple(s), perm if len(s) == len(perm) else tuple(range(len(s)))) for t, s in zip(tops, shapes)]
         for a in acts:
-            self._check_shape("Split", a)
+            self._check_shape(optype, a)
         return acts
 
     def emit_pad(self, x: Act, pads_torch: Sequence[Sequence[int]], mode: str, value: float, node=None) -> Act:
