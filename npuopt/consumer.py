@@ -54,34 +54,30 @@ class StepOutputs(PyGraph):
 
 class Reading:
     """(unit, batch) pairs of one read of a dataset, in order. For a dataset that takes
-    outputs back, its `consumer` is this read's while each batch loads (reads of several
-    graphs may take turns), and `ran(outputs)` hands it the outputs of the batch just read
-    (otherwise a no-op); at the end the dataset gets its own `consumer` back."""
+    outputs back, its `consumer` is this read's while a batch loads (batches load in this
+    process, within `next`; reads of several graphs may take turns), and its own value
+    again after, also when a caller stops early; `ran(outputs)` hands it the outputs of
+    the batch just read (otherwise a no-op)."""
 
     def __init__(self, pairs: Iterator[Tuple[int, object]], dataset=None, consumer: Optional[StepOutputs] = None):
         self._pairs, self.dataset, self.consumer = iter(pairs), dataset, consumer
-        self._before = dataset.__dict__.get("consumer", _ABSENT) if consumer is not None else _ABSENT
 
     def __iter__(self):
         return self
 
     def __next__(self) -> Tuple[int, object]:
-        if self.consumer is not None:
-            self.dataset.consumer = self.consumer
+        if self.consumer is None:
+            return next(self._pairs)
+        own = self.dataset.__dict__.get("consumer", _ABSENT)
+        self.dataset.consumer = self.consumer
         try:
             return next(self._pairs)
-        except StopIteration:
-            self.close()
-            raise
+        finally:
+            if own is _ABSENT:
+                del self.dataset.consumer
+            else:
+                self.dataset.consumer = own
 
     def ran(self, outputs: Sequence[torch.Tensor]) -> None:
         if self.consumer is not None:
             self.consumer.hold(outputs)
-
-    def close(self) -> None:
-        if self.consumer is not None:
-            if self._before is _ABSENT:
-                self.dataset.__dict__.pop("consumer", None)
-            else:
-                self.dataset.consumer = self._before
-            self.consumer = None
