@@ -189,11 +189,13 @@ def assert_chained(steps: list) -> None:
             assert history.any()
 
 
+@pytest.mark.shared
 def test_llama2_calibrates_with_history_fed_back(plugins, tmp_path):
     _, calls = run(tmp_path, plugins, dataset="LLama2Dataset")
     assert_chained(forwards(calls, "calibration-float"))
 
 
+@pytest.mark.shared
 def test_llama2_with_lmhead_measures_each_graph_with_its_own_history(plugins, tmp_path):
     result, calls = run(tmp_path, plugins, dataset="LLama2LabelledDataset", data="data.npy",
                         label="label.npy", metric="LMHeadMetric")
