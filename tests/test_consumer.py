@@ -197,7 +197,7 @@ def test_llama2_calibrates_with_history_fed_back(plugins, tmp_path):
 
 @pytest.mark.shared
 def test_llama2_with_lmhead_measures_each_graph_with_its_own_history(plugins, tmp_path):
-    result, calls = run(tmp_path, plugins, dataset="LLama2LabelledDataset", data="data.npy",
+    _, calls = run(tmp_path, plugins, dataset="LLama2LabelledDataset", data="data.npy",
                         label="label.npy", metric="LMHeadMetric")
     report = json.loads((tmp_path / "out" / "llama2_decode_step_report.json").read_text())
     assert set(report["metrics"]["float"]) == {"LMHeadMetric"} and report["metrics"]["quant"]["LMHeadMetric"] > 0
