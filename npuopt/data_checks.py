@@ -5,7 +5,8 @@ import os
 
 import torch
 
-from .data import batches, call_metric, collate_of, label_batches, make_dataset, make_metrics
+from .consumer import reads_outputs, refuse_in_job
+from .data import batches, call_metric, collate_of, dataset_named, label_batches, make_dataset, make_metrics
 from .errors import ConfigError, DatasetError, IRError, NpuoptError
 
 
@@ -13,9 +14,12 @@ def probe(feed, dataset, size: int, field: str):
     """The float graph's outputs on the first `size` samples of the dataset read for the cfg
     field `field` (at least the IR's batch of them: an IR whose first input's first axis is
     not 1, a 1-D input of ids say, may need all of it), and their labels: data that does
-    not fit the model, or constants that overflow float32 on it, stop the run here."""
+    not fit the model, or constants that overflow float32 on it, stop the run here. A
+    dataset that takes each batch's outputs back (consumer.py) is probed with its first
+    sample only, which needs none; in a job of several ranks it stops the run here."""
+    refuse_in_job(dataset, dataset_named(feed.cfg.dataset, field), feed.ranks)
     first = feed.graph.input_tensors[0].ir_shape if feed.graph.input_tensors else ()
-    n = min(len(dataset), max(size, int(first[0]) if len(first) else 1))
+    n = min(len(dataset), 1 if reads_outputs(dataset) else max(size, int(first[0]) if len(first) else 1))
     subset = torch.utils.data.Subset(dataset, range(n))
     batch = next(batches(subset, feed.cfg.dataset, n, 0, collate_fn=collate_of(dataset), field=field))
     try:

@@ -6,6 +6,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from .consumer import reads_outputs
 from .data import call_metric, make_metrics, metric_report, metric_value
 from .data_checks import labels_of
 from .logger import OPT_INFO
@@ -94,15 +95,13 @@ def evaluate(feed, dataset, graphs: List[Tuple[str, object]], report: dict,
     run = _Pass(graphs, cfg, len(outputs))
     desc = " + ".join({"float": "float", "quant": "quantized"}[k] for k, _ in graphs) + " forward"
     shard = feed.shard(dataset, cfg.metric_batch_size, "data")
-    mine = iter(shard.read(desc))
+    reads = _reads(shard, graphs, desc)
 
     def outputs_of(unit: int) -> tuple:
         nonlocal dump
-        _, batch = next(mine)
-        inputs, labels = feed.split(batch)
+        results, inputs, labels, dump = _one_batch(feed, graphs, reads, dump)
         if unit == 0:
             run.first = [x[:cfg.similarity_data_num] for x in inputs]
-        results, dump = _one_batch(feed, graphs, inputs, dump)
         return results, labels, int(inputs[0].shape[0])
 
     for results, labels, samples in feed.ranks.in_order(len(shard), outputs_of):
@@ -117,11 +116,24 @@ def evaluate(feed, dataset, graphs: List[Tuple[str, object]], report: dict,
     report["samples"] = run.samples
 
 
-def _one_batch(feed, graphs, inputs, dump):
-    """The outputs of one batch through every graph ({kind: outputs}, the quantized ones
-    dequantized), and the dump still to do (None once done)."""
-    results = {}
+def _reads(shard, graphs, desc: str = None) -> Dict[str, object]:
+    """Each graph's read of the metric data: one that all share, or, for a dataset that takes
+    each batch's outputs back (consumer.py), one per graph, fed that graph's outputs."""
+    if not reads_outputs(shard.dataset):
+        shared = shard.read(desc)
+        return {kind: shared for kind, _ in graphs}
+    return {kind: shard.read(desc if i == 0 else None, fed_by=graph) for i, (kind, graph) in enumerate(graphs)}
+
+
+def _one_batch(feed, graphs, reads, dump):
+    """The next batch through every graph: ({kind: outputs}, the quantized ones dequantized),
+    the first graph's inputs, the labels, and the dump still to do (None once done)."""
+    results, batches = {}, {}
     for kind, graph in graphs:
+        read = reads[kind]
+        if id(read) not in batches:
+            batches[id(read)] = feed.split(next(read)[1])
+        inputs, labels = batches[id(read)]
         keep = kind == "float" and dump is not None
         outputs = feed.forward(graph, inputs, keep_tensors=keep)
         if keep:
@@ -129,8 +141,10 @@ def _one_batch(feed, graphs, inputs, dump):
             dump = None
         if kind == "quant":
             outputs = [dequantized(t, v) for t, v in zip(graph.output_tensors, outputs)]
+        read.ran(feed.graph_inputs(outputs))  # as the graph's output tensors hold them
         results[kind] = outputs
-    return results, dump
+    first = batches[id(reads[graphs[0][0]])][0]
+    return results, first, labels, dump
 
 
 def _fold(cfg, run: _Pass, results: Dict[str, list], labels, samples: int) -> None:
@@ -184,12 +198,10 @@ def metric_score(feed, dataset, graph, kind: str, batches: int) -> float:
     cfg = feed.cfg
     run = _Pass([(kind, graph)], cfg, len(feed.graph.output_tensors))
     shard = feed.shard(dataset, cfg.metric_batch_size, "data", limit=batches)
-    mine = iter(shard.read())
+    reads = _reads(shard, [(kind, graph)])
 
     def outputs_of(unit: int) -> tuple:
-        _, batch = next(mine)
-        inputs, labels = feed.split(batch)
-        results, _ = _one_batch(feed, [(kind, graph)], inputs, None)
+        results, inputs, labels, _ = _one_batch(feed, [(kind, graph)], reads, None)
         return results, labels, int(inputs[0].shape[0])
 
     for results, labels, samples in feed.ranks.in_order(len(shard), outputs_of):

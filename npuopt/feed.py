@@ -1,12 +1,13 @@
 """Batches as the cfg says (without_batch_dim, data_batch_dim): read from a dataset,
 split into graph inputs and labels, shared among the ranks of a job, and run through
 a graph in chunks that fit memory."""
-from typing import Iterator, List, Tuple
+from typing import List
 
 import torch
 from tqdm import tqdm
 
-from .data import batch_indices, batches, collate_of, split_batch
+from .consumer import Reading, StepOutputs, reads_outputs, refuse_in_job
+from .data import batch_indices, batches, collate_of, dataset_named, split_batch
 from .ranks import Ranks
 
 FORWARD_BUDGET = 384 << 20  # bytes of working memory one forward of the evaluation may take
@@ -39,7 +40,8 @@ class Feed:
                            batch_dim=cfg.data_batch_dim, without_batch_dim=cfg.without_batch_dim)
 
     def graph_inputs(self, inputs):
-        """without_batch_dim: the graph takes the sample without the batch axis."""
+        """without_batch_dim: the graph takes (and its output tensors hold) the sample
+        without the batch axis."""
         return [x[0] for x in inputs] if self.cfg.without_batch_dim else inputs
 
     def forward(self, graph, inputs, **kwargs):
@@ -76,11 +78,28 @@ class Shard:
         """A batch's graph inputs, on the run's device."""
         return self.feed.graph_inputs(self.feed.split(batch)[0])
 
-    def read(self, desc: str = None) -> Iterator[Tuple[int, object]]:
-        """(unit, batch) of this rank's units, with a progress bar on rank 0 when `desc`."""
+    def read(self, desc: str = None, fed_by=None) -> Reading:
+        """(unit, batch) of this rank's units, with a progress bar on rank 0 when `desc`. A
+        dataset that takes outputs back gets those of `fed_by` (a graph the caller runs on
+        each batch, handing the outputs, dequantized where quantized, to `Reading.ran`), or,
+        for a caller that runs no whole forward, those of the float graph, run here."""
+        if not reads_outputs(self.dataset):
+            return Reading(zip(self.mine, self._load(self.feed.cfg.dataloader_workers, desc)))
+        refuse_in_job(self.dataset, dataset_named(self.feed.cfg.dataset, self.field), self.feed.ranks)
+        consumer = StepOutputs(fed_by if fed_by is not None else self.feed.graph)
+        reading = Reading(zip(self.mine, self._load(0, desc)), self.dataset, consumer)
+        return reading if fed_by is not None else Reading(self._fed_by_float(reading), self.dataset)
+
+    def _load(self, workers: int, desc: str = None):
         cfg = self.feed.cfg
-        loaded = batches(self.dataset, cfg.dataset, 0, cfg.dataloader_workers, collate_fn=collate_of(self.dataset),
+        loaded = batches(self.dataset, cfg.dataset, 0, workers, collate_fn=collate_of(self.dataset),
                          field=self.field, batch_sampler=[self.units[u] for u in self.mine])
         if desc and self.feed.ranks.main:
             loaded = tqdm(loaded, total=len(self.mine), desc=desc, unit="batch")
-        return zip(self.mine, loaded)
+        return loaded
+
+    def _fed_by_float(self, reading: Reading):
+        """The batches of `reading`, each run through the float graph before it is handed on."""
+        for unit, batch in reading:
+            reading.ran(self.feed.graph.forward(self.graph_inputs(batch)))
+            yield unit, batch

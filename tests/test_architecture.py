@@ -31,7 +31,7 @@ LAYERS = [
     ["npuopt.ir", "npuopt.ir.reader", "npuopt.ir.writer"],
     ["npuopt.quant.tensors", "npuopt.quant.weight_ranges", "npuopt.quant.compare"],
     ["npuopt.ops"],
-    ["npuopt.passes", "npuopt.quant.calibration", "npuopt.quant.quantizer", "npuopt.quant.plan",
+    ["npuopt.passes", "npuopt.consumer", "npuopt.quant.calibration", "npuopt.quant.quantizer", "npuopt.quant.plan",
      "npuopt.quant.norm_inputs", "npuopt.quant.precision_costs",
      "npuopt.quant.unify_scales", "npuopt.quant.global_calibration", "npuopt.quant.plan_report",
      "npuopt.quant.qconfig", "npuopt.quant.trainable", "npuopt.data",

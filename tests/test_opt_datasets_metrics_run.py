@@ -206,6 +206,11 @@ def packed(outputs, shape) -> np.ndarray:
     return np.pad(flat, (0, int(np.prod(shape)) - flat.size)).reshape(shape)
 
 
+# OPT's llama2 dataset: logits and present K/V (2 heads, its 2048 positions and 3 more, 4 wide),
+# sliced from the embeddings input
+LLAMA_PRESENT = (2, 2048 + 3, 4)
+LLAMA_EMBEDDED = 6 + 2 * int(np.prod(LLAMA_PRESENT))
+
 # mAPMetric's six detection outputs: object class count, class ids, boxes, boxes per class,
 # scores, keep; as counts and ids they carry +0.25 so that int() still reads them after
 # 8-bit quantization. Two classes (1 and 3) with two and one boxes near the labels' boxes.
@@ -420,12 +425,13 @@ CASES: Dict[str, Case] = {
     "NumpyDataset+mIoUMetricBase": Case(
         "NumpyDataset", [f32(*IMAGE)],
         numpy_data(label=lambda rng: rng.integers(0, 3, (N, 8, 8, 1))), "mIoUMetricBase"),
-    "LLama2Dataset": Case(
-        "LLama2Dataset", [((6,), Dtype.INT32), f32(6), f32(6), f32(2, 3, 4), f32(2, 3, 4)],
-        lambda folder, rng: (save(folder, "data.npy", {"ids": rng.integers(0, 50, (2, 6)).astype(np.int32),
+    "LLama2Dataset": Case(  # takes present K/V back as history (consumer): present[0, :, 2048:, :]
+        "LLama2Dataset", [f32(LLAMA_EMBEDDED), f32(6), f32(6), f32(2, 3, 4), f32(2, 3, 4)],
+        lambda folder, rng: (save(folder, "data.npy", {"embedded": images(rng, (LLAMA_EMBEDDED,), 2),
                                                        "pos": images(rng, (6,), 2), "mask": images(rng, (6,), 2),
                                                        "k": images(rng, (2, 3, 4), 2), "v": images(rng, (2, 3, 4), 2)},
-                                   pickled=True), None)),
+                                   pickled=True), None),
+        outputs=[(6,), LLAMA_PRESENT, LLAMA_PRESENT]),
     "NumpyMultiInputDatasetllm": Case(
         "NumpyMultiInputDatasetllm", [f32(*IMAGE), f32(5)], llm_files),
     "widerfaceDataset": Case(

@@ -7,6 +7,7 @@ from typing import Dict, List
 
 import torch
 
+from ..consumer import Reading
 from ..errors import ConfigError, QuantizeError
 from ..logger import OPT_WARN
 from ..node import PyNode
@@ -85,12 +86,12 @@ class Calibrator:
             shard = InMemory(list(shard))
         if len(shard) == 0:
             raise QuantizeError("calibration: the calibration set gave no batch")
-        mine = iter(shard.read("calibration"))
+        mine = shard.read("calibration", fed_by=self.graph)
         for start in range(0, len(shard), self.ranks.world):
             self._parts = {}
             if start + self.ranks.rank < len(shard):
                 _, batch = next(mine)
-                self.graph.forward(shard.graph_inputs(batch), after_node=self.observe)
+                mine.ran(self.graph.forward(shard.graph_inputs(batch), after_node=self.observe))
             else:
                 self._absent()
             for parts in self.ranks.in_order(min(self.ranks.world, len(shard) - start), lambda _: self._parts):
@@ -114,8 +115,8 @@ class Calibrator:
 class InMemory(list):
     """Batches of graph inputs at hand, as a one-process Feed.Shard."""
 
-    def read(self, _desc: str = None):
-        return enumerate(self)
+    def read(self, _desc: str = None, fed_by=None):
+        return Reading(enumerate(self))
 
     @staticmethod
     def graph_inputs(batch):
