@@ -214,7 +214,9 @@ class Runner:
     def check_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool, files: Sequence[str] = ()) -> None:
         """The inputs against the IR from their shapes and dtypes alone (no value is read, so
         memory-mapped files cost nothing): one per graph input, the IR's shape after the
-        batch axis, real numbers, integers exactly when `integer_input`. `files` name them."""
+        batch axis, real numbers; integers for a scaled integer input only with
+        `integer_input` (they could be its real values or its quantized ones; an unscaled
+        input's integers, token ids, are both). `files` name them."""
         names = self.model.inputs
         if len(arrays) != len(names):
             raise RefrunError(f"the model takes {len(names)} input(s) ({', '.join(names)}), "
@@ -228,17 +230,15 @@ class Runner:
             if x.ndim != len(info.shape) or tuple(x.shape[1:]) != tuple(info.shape[1:]):
                 raise RefrunError(f"{who} has shape {list(x.shape)}; the IR says {list(info.shape)} "
                                   f"(the first axis is the batch)")
-            if not info.is_int:
-                continue
-            if integer_input and not np.issubdtype(x.dtype, np.integer):
-                raise RefrunError(f"{who}: --integer-input needs an integer array, got {x.dtype}")
-            if not integer_input and np.issubdtype(x.dtype, np.integer):
+            if info.is_int and not info.unscaled and not integer_input and np.issubdtype(x.dtype, np.integer):
                 raise RefrunError(f"{who} is an integer array ({x.dtype}): pass --integer-input to "
                                   f"take it as quantized {info.dtype.name} values, or give floats to quantize")
 
     def prepare_inputs(self, arrays: Sequence[np.ndarray], integer_input: bool) -> List[np.ndarray]:
         """Check the inputs against the IR; quantize float ones with the Input layer's scale/zp
-        (a float16/bfloat16 input: its nearest values)."""
+        (a float16/bfloat16 input: its nearest values); integers for an integer input are
+        its integers (each input as its own array and the IR say: token ids beside float
+        caches)."""
         self.check_inputs(arrays, integer_input)
         values = []
         for name, x in zip(self.model.inputs, arrays):
@@ -247,7 +247,7 @@ class Runner:
                 values.append(minifloat.quantize(x, info.quant(info.producer)[0], info.dtype.name))
             elif not info.is_int:
                 values.append(to_float_type(x.astype(np.float32), info.dtype.name))
-            elif integer_input:
+            elif np.issubdtype(x.dtype, np.integer):  # check_inputs: --integer-input, or unscaled
                 x = x.astype(np.int64)
                 lo, hi = info.dtype.qmin, info.dtype.qmax
                 if x.size and (x.min() < lo or x.max() > hi):
