@@ -14,7 +14,6 @@ from ..dtype import Dtype
 from ..quant import fields, qmath
 from ..quant import tensors as QT
 from ..quant.fields import Rescale, Shift
-from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from . import _norm
 
@@ -38,16 +37,6 @@ def mvn_forward(self, *args):
     return out_t.betensor
 
 
-def symmetric_output(node, out_t) -> None:
-    """Signed with zero point 0 under any activation method: n is clamped to the output
-    dtype's range before the zero point is subtracted, so a shifted range would cut n."""
-    st = settings_of(node)
-    lo, hi = QT.activation_range(node, out_t, True)
-    reach = max(-lo, hi)
-    scale, _, qmin, qmax = qmath.linear_quant_params(-reach, reach, st.activation_bits, True, True, True)
-    QT.set_quantization(out_t, scale, 0, qmin, qmax, st.activation_bits, True)
-
-
 @quant_register(OpType.MVN, "1.0")
 def mvn_quantize(self, *args):
     if "weights" in self.constants or "biases" in self.constants:
@@ -55,7 +44,7 @@ def mvn_quantize(self, *args):
     x_t = _norm.check_input(self)
     out_t = self.outputs[0]
     count = layout(self, x_t.ir_shape).count
-    symmetric_output(self, out_t)
+    QT.symmetric_activation(self, out_t)  # n is clamped to the output's range before its zero point
     if x_t.qbits <= _norm.NARROW_BITS:
         var_shift = _norm.variance_shift(count)
         ratio = out_t.scale * math.sqrt(count) / 2.0 ** (_norm.WIDE_NORM_SHIFT + (var_shift >> 1))
