@@ -40,9 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "under '<name>.float'; the file appears only once the whole run has succeeded")
     p.add_argument("--bin", help="the weights file (default: the graph file's name with .bin)")
     p.add_argument("--integer-input", action="store_true",
-                   help="integer arrays are already quantized integers (float arrays are always "
-                        "quantized with the Input layer's layer_top_scale/layer_top_zp; an input of scale "
-                        "1 and zero point 0, token ids, takes integers as they are without this flag)")
+                   help="inputs are already quantized integers (default: float, quantized with the "
+                        "Input layer's layer_top_scale/layer_top_zp)")
     p.add_argument("--dump", metavar="DIR",
                    help="write every tensor as DIR/<name>.npy (integers as stored; see DIR/index.json), "
                         "batch by batch")
