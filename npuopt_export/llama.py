@@ -31,7 +31,7 @@ class LlamaConfig:
     intermediate: int
     rope_theta: float = 10000.0
     eps: float = 1e-5
-    max_length: int = 256  # positions the rotary tables and the causal mask cover
+    max_length: int = 256  # positions a prefill or a cache and its step may take
     tied: bool = True
 
     @property
@@ -128,13 +128,13 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
         self.norm = RMSNorm(c.hidden, c.eps)
         self.head = None if c.tied else nn.Linear(c.hidden, c.vocab, bias=False)
-        d = c.head_dim
+        d, rows = c.head_dim, c.max_length + 1  # a row to spare: no slice of the tables takes them whole
         inverse = 1.0 / c.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-        angles = torch.outer(torch.arange(c.max_length, dtype=torch.float64), inverse)
+        angles = torch.outer(torch.arange(rows, dtype=torch.float64), inverse)
         angles = torch.cat([angles, angles], dim=-1)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
-        causal = torch.triu(torch.full((c.max_length, c.max_length), NEG), diagonal=1)
+        causal = torch.triu(torch.full((rows, rows), NEG), diagonal=1)
         self.register_buffer("causal", causal, persistent=False)
 
     def forward(self, ids, past: Optional[Sequence[Tuple[torch.Tensor, torch.Tensor]]] = None):
