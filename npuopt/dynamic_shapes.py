@@ -24,13 +24,14 @@ SHAPES = "ds_output_shape"    # the layer param of its top shapes
 PREFIX = "ds_"                # ds_<param>: the expressions of <param>
 
 _OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-              ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b, ast.Pow: lambda a, b: a ** b}
+              ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+              ast.Pow: lambda a, b: a ** b}
 _FUNCTIONS = {"ceil": lambda a: math.ceil(a), "max": max, "min": min}
 
 
 def evaluate(value, symbols: Dict[str, int]):
-    """An int, an expression in the symbols (the parser's syntax: integers, + - * // % **,
-    parentheses, ceil/max/min), or a (nested) list of them, as ints."""
+    """An int, an expression in the symbols (the parser's syntax: integers, + - * / // % **,
+    parentheses, ceil/max/min) whose value is a whole number, or a (nested) list of them."""
     if isinstance(value, (list, tuple)):
         return [evaluate(v, symbols) for v in value]
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -41,7 +42,13 @@ def evaluate(value, symbols: Dict[str, int]):
         tree = ast.parse(value.strip(), mode="eval").body
     except SyntaxError:
         raise IRError(f"cannot read dynamic-shape expression '{value}'") from None
-    return int(_node_value(tree, value, symbols))
+    try:
+        result = _node_value(tree, value, symbols)
+    except (ZeroDivisionError, TypeError, OverflowError) as e:
+        raise IRError(f"cannot evaluate dynamic-shape expression '{value}': {e}") from None
+    if result != int(result):
+        raise IRError(f"dynamic-shape expression '{value}' is {result}, not a whole number")
+    return int(result)
 
 
 def _node_value(node, text: str, symbols: Dict[str, int]):

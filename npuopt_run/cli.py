@@ -9,6 +9,7 @@ import sys
 import traceback
 from typing import List
 
+from . import symbols
 from .errors import RefrunError
 from .irfile import read_model
 from .runner import Runner
@@ -80,8 +81,8 @@ def run(args) -> None:
     if args.batch_size < 1:
         raise RefrunError(f"--batch-size must be at least 1, got {args.batch_size}")
     with Writer(args.output, args.dump) as writer:
-        runner = Runner(read_model(args.model, args.bin))
         sources = [NpyInput(path) for path in args.input]
+        runner = Runner(symbols.bind(read_model(args.model, args.bin), [source.shape for source in sources]))
         runner.check_inputs(sources, args.integer_input, args.input)
         samples = {source.shape[0] for source in sources}
         if len(samples) > 1:
