@@ -197,13 +197,17 @@ def greedy(model: Llama, ids: Sequence[int], steps: int) -> List[int]:
 
 def tiny_llama(seed: int = 0, layers: int = 2, tied: bool = True, max_length: int = 16) -> Llama:
     """A small random decoder for tests: hidden 32, 4 query heads sharing 2 K/V heads,
-    vocabulary 64; weights from `seed`, norms' weights near one."""
+    vocabulary 64; weights from `seed`: norms' near one, the linear layers' three times
+    torch's default (at its scale the embeddings dominate and greedy generation repeats
+    one token)."""
     torch.manual_seed(seed)
     c = LlamaConfig(vocab=64, hidden=32, layers=layers, heads=4, kv_heads=2, intermediate=64,
                     max_length=max_length, tied=tied)
     model = Llama(c)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm1.weight") or name.endswith("norm2.weight") or name == "norm.weight":
+            if p.dim() == 1:
                 p.add_(0.1 * torch.randn(p.shape))
+            elif not name.startswith("embed"):
+                p.mul_(3.0)
     return model.eval()
