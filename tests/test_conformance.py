@@ -60,6 +60,11 @@ SETTINGS = {
     "weight_only_fc": ["trigger_float_op=disable & <[FullyConnected]:float16_act_int_wht>", "weight_bits=4",
                        "quantize_method_for_weight=per_channel_symmetric_restricted_range & "
                        "<[FullyConnected]:per_block_asymmetric>", "weight_block_size=8"],
+    # LLM decoders' weight-only form: 4-bit FullyConnected weights in blocks of 32 inputs, the rest 8-bit
+    # integers under npuopt's defaults (the decoder op tests' cfg; their layers take multiples of 32)
+    "weight_only_fc_b32": ["trigger_float_op=disable & <[FullyConnected]:float16_act_int_wht>", "weight_bits=4",
+                           "quantize_method_for_weight=per_channel_symmetric_restricted_range & "
+                           "<[FullyConnected]:per_block_asymmetric>", "weight_block_size=32"],
     # float16 Convolution layers (float16 tops and weights, float32 biases) among integer ones
     "float16_conv": ["trigger_float_op=disable & <[Convolution]:float16_preferred!>"],
     # fp8 linear layers (and inputs, constants, moves) among 8-bit integer ones, per-channel weights
@@ -77,7 +82,8 @@ SETTINGS = {
 _FP8_TYPES = r"layer_type=(FullyConnected|Convolution|DepthwiseConv|MatMul)\n"
 # settings that change some layer types only, and the cases (op tests or models) they run on
 # (a pattern the IR's text has)
-ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected", "float16_conv": "layer_type=Convolution\n",
+ONLY_WITH = {"weight_only_fc": "layer_type=FullyConnected", "weight_only_fc_b32": "(?m)^model_name=parser_llama",
+             "float16_conv": "layer_type=Convolution\n",
              "fp8_e4m3": _FP8_TYPES, "fp8_e5m2": _FP8_TYPES, "weight_only_fp8_fc": "layer_type=FullyConnected",
              "weight_only_fp4_fc": "layer_type=FullyConnected", "wfp4afp8": "layer_type=FullyConnected"}
 # op tests only: in a whole model, float16 layers' last-step differences (float sums in

@@ -67,6 +67,9 @@ _.cudnn_enable
 _.dropout_p
 _.split_size
 
+# torch.autograd.Function's ONNX export hook (tools/parser_cases/llm.py), found by name
+_.symbolic
+
 # pytest's hooks and markers, found by name
 _.pytest_terminal_summary
 _.pytestmark

@@ -16,6 +16,7 @@ from ..quant import tensors as QT
 from ..quant.fields import Rescale, Shift
 from ..registry import OpType, op_register, quant_register
 from . import _norm
+from ._symmetric import symmetric_output
 
 
 def layout(node, shape) -> _norm.Layout:
@@ -44,7 +45,7 @@ def mvn_quantize(self, *args):
     x_t = _norm.check_input(self)
     out_t = self.outputs[0]
     count = layout(self, x_t.ir_shape).count
-    QT.symmetric_activation(self, out_t)  # n is clamped to the output's range before its zero point
+    symmetric_output(self, out_t)
     if x_t.qbits <= _norm.NARROW_BITS:
         var_shift = _norm.variance_shift(count)
         ratio = out_t.scale * math.sqrt(count) / 2.0 ** (_norm.WIDE_NORM_SHIFT + (var_shift >> 1))

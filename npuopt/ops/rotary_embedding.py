@@ -20,6 +20,7 @@ from ..quant import qmath
 from ..quant import tensors as QT
 from ..registry import OpType, op_register, quant_register
 from ._movement import bool_param, check_indices, int_param
+from ._symmetric import symmetric_output
 
 RESCALES = ("rotate_rescale_cos", "rotate_rescale_sin", "not_rotate_rescale")
 
@@ -133,7 +134,7 @@ def rotary_embedding_quantize(self, *args):
     if len(self.inputs) == 4 and not self.inputs[3].qinvariant:
         raise QT.Unsupported(f"layer '{self.name}' (RotaryEmbedding): position_ids are not integers")
     out = self.outputs[0]
-    QT.symmetric_activation(self, out)
+    symmetric_output(self, out)
     ratios = (out.scale / (x.scale * cos.scale), out.scale / (x.scale * sin.scale), out.scale / x.scale)
     for key, ratio in zip(RESCALES, ratios):
         self.params[key] = float(torch.tensor(float(ratio), dtype=torch.float32))

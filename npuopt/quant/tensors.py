@@ -68,17 +68,6 @@ def quantize_activation(node, t: PyTensor, lo: float = None, hi: float = None, s
     set_quantization(t, *activation_grid(node, lo, hi, signed), st.activation_bits, signed)
 
 
-def symmetric_activation(node, t: PyTensor) -> None:
-    """Signed with zero point 0 under any activation method, over the full range: for a
-    layer whose integer form has no zero point (its result clamped to the dtype's range
-    before one would be subtracted)."""
-    st = settings_of(node)
-    lo, hi = activation_range(node, t, True)
-    reach = max(-lo, hi)
-    scale, _, qmin, qmax = qmath.linear_quant_params(-reach, reach, st.activation_bits, True, True, True)
-    set_quantization(t, scale, 0, qmin, qmax, st.activation_bits, True)
-
-
 def _signed(node, lo: float, signed: Optional[bool]) -> bool:
     """Signed when the range has negative values (or as asked), or when the layer's
     force_dtype_int says so (the tool chain's `out_signed = ... or force_dtype_int`)."""
