@@ -20,7 +20,7 @@ from npuopt_run import cli
 
 from conftest import REPO, edit_ir, run_in_process
 from test_quantize_ops import quantize
-from test_refrun import expect_error, int8_input, run_cli, write_qir
+from test_refrun import _compare_module, expect_error, int8_input, run_cli, write_qir
 
 NEG = float(np.finfo(np.float32).min)
 
@@ -241,3 +241,21 @@ def test_eltwise_of_an_int32_mask():
     test_in = torch.randint(0, 2, (4, 6), dtype=torch.int32)
     got = dequantized(qg.output_tensors[0], qg.forward([test_in])[0])
     assert torch.allclose(got, 1.0 - test_in.float(), atol=0.01)
+
+
+# ---- the parser-written decoders in npuopt-run, weight-only 4-bit ------------------------------------
+WEIGHT_ONLY_B32 = {"trigger_float_op": "disable & <[FullyConnected]:float16_act_int_wht>", "weight_bits": "4",
+                   "quantize_method_for_weight": "per_channel_symmetric_restricted_range & "
+                                                 "<[FullyConnected]:per_block_asymmetric>",
+                   "weight_block_size": "32"}
+
+
+@pytest.mark.parametrize("case", ["parser_llama_prefill", "parser_llama_decode", "parser_llama_fused_rope_decode"])
+def test_parser_decoders_weight_only_in_refrun(tmp_path, case):
+    """The decoders with 4-bit FullyConnected weights in blocks of 32 (the conformance setting
+    weight_only_fc_b32; op_tests' run.sh covers the defaults): npuopt-run computes every
+    tensor as npuopt does."""
+    folder = tmp_path / case
+    shutil.copytree(REPO / "op_tests" / case, folder, ignore=shutil.ignore_patterns("work"))
+    passed, line = _compare_module().run_case(str(folder), WEIGHT_ONLY_B32)
+    assert passed, line
