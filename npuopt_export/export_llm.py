@@ -16,12 +16,15 @@ IR is built at three lengths from that trace, and every shape and param that dif
 between them is written as the affine expression of the length that gives all three.
 """
 import math
+import os
 from typing import Dict, List, Sequence, Tuple
 
+import click
 import torch
 from torch.export import Dim
 
 from npuopt.errors import ExportError
+from npuopt.ir import write_graph
 from npuopt.passes import run_stage1
 
 from .export import MIN_COSINE, compare
@@ -157,3 +160,27 @@ def export_decoder(model: Llama, prefix_name: str, length: int = None) -> Dict[s
     """step -> (graph, checks) for the prefill and the decode step."""
     model.eval()
     return {step: export_step(model, step, f"{prefix_name}_{step}", length) for step in STEPS}
+
+
+def write_decoder(model, out_prefix: str, outputs, max_length: int = None, length: int = None) -> None:
+    """npuopt-export --llm: OUT_PREFIX_prefill and OUT_PREFIX_decode (.txt/.bin, each put in
+    place by `outputs` once all are written) and a line per IR and per checked length."""
+    if not isinstance(model, Llama):
+        raise ExportError(f"--llm: the model is a {type(model).__name__}, not an npuopt_export.llama.Llama")
+    if max_length:
+        model.set_max_length(max_length)
+    name = os.path.basename(out_prefix)
+    graphs = export_decoder(model, name, length)
+    with outputs:
+        for step, (graph, _) in graphs.items():
+            prefix = f"{out_prefix}_{step}"
+            write_graph(graph, outputs.stage("-o", prefix + ".txt"), outputs.stage("-o", prefix + ".bin"),
+                        bin_name=f"{name}_{step}.bin")
+    for step, (graph, checks) in graphs.items():
+        kind = f"{SYMBOL[step]} up to {max_length_of(model, step)}" if length is None else f"length {length}"
+        click.echo(f"wrote {out_prefix}_{step}.txt and .bin: {len(graph.nodes)} layers, {kind}")
+        for n, figures in checks.items():
+            worst = min(cos for cos, _ in figures)
+            error = max(err for _, err in figures)
+            click.echo(f"  {SYMBOL[step]}={n}: outputs vs PyTorch on random inputs: worst cosine {worst:.7f}, "
+                       f"max abs error {error:.3g}")

@@ -11,7 +11,7 @@ the shared K/V heads, MatMul, Softmax.
 Both return the logits and every layer's key and value cache (K after its rotation), so a
 prefill's caches feed the first decode step and each step's caches the next one.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -128,7 +128,12 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
         self.norm = RMSNorm(c.hidden, c.eps)
         self.head = None if c.tied else nn.Linear(c.hidden, c.vocab, bias=False)
-        d, rows = c.head_dim, c.max_length + 1  # a row to spare: no slice of the tables takes them whole
+        self.set_max_length(c.max_length)
+
+    def set_max_length(self, max_length: int) -> None:
+        """Rotary tables and causal mask for `max_length` positions."""
+        c = self.config = replace(self.config, max_length=max_length)
+        d, rows = c.head_dim, max_length + 1  # a row to spare: no slice of the tables takes them whole
         inverse = 1.0 / c.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
         angles = torch.outer(torch.arange(rows, dtype=torch.float64), inverse)
         angles = torch.cat([angles, angles], dim=-1)
