@@ -156,7 +156,7 @@ def test_rotary_embedding_integers_by_hand(tmp_path, rotary, not_rotate, want):
 def test_token_ids_beside_float_inputs(capsys, tmp_path):
     """An input of scale 1 and zero point 0 (token ids) takes integer arrays as they are and a
     scaled one takes floats, in one run with no flag; a scaled input's integers need
-    --integer-input, and with it float arrays are still quantized."""
+    --integer-input, which then takes no float array for it."""
     gather = dict(name="emb", type="Gather", bottoms=["table", "ids"], tops=["emb"], shapes=[[1, 2, 3]],
                   types=["int8"], scales=[2.0], zps=[0], params=dict(axis=0, batch_dims=0))
     add = dict(name="add", type="Eltwise", bottoms=["emb", "h"], tops=["add"], shapes=[[1, 2, 3]], types=["int8"],
@@ -171,12 +171,14 @@ def test_token_ids_beside_float_inputs(capsys, tmp_path):
     np.save(tmp_path / "hq.npy", np.full((1, 2, 3), 1, np.int8))
     out = tmp_path / "out.npz"
     want = (np.arange(12).reshape(4, 3)[[3, 1]] + 1).tolist()
-    for h, extra in (("h.npy", []), ("h.npy", ["--integer-input"]), ("hq.npy", ["--integer-input"])):
+    for h, extra in (("h.npy", []), ("hq.npy", ["--integer-input"])):
         assert run_cli([txt, "--input", str(tmp_path / "ids.npy"), "--input", str(tmp_path / h), "-o", str(out),
                         *extra]) == 0
         assert np.load(out)["add"][0].tolist() == want, (h, extra)
     expect_error(capsys, [txt, "--input", str(tmp_path / "ids.npy"), "--input", str(tmp_path / "hq.npy"), "-o",
                           str(out)], "input 'h'", "--integer-input")
+    expect_error(capsys, [txt, "--input", str(tmp_path / "ids.npy"), "--input", str(tmp_path / "h.npy"), "-o",
+                          str(out), "--integer-input"], "input 'h'", "needs an integer array")
 
 
 def test_refrun_help_names_the_token_ids():
