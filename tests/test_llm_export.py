@@ -212,7 +212,7 @@ SMOL_CALIBRATION = ["The quick brown fox jumps over the lazy dog. It was a sunny
                     "<|im_start|>user\nWhat is the largest planet in the solar system?<|im_end|>\n<|im_start|>"
                     "assistant\nJupiter is the largest planet in the solar system, more than twice as massive"]
 SMOL_TOKENS = 64
-SMOL_CALIBRATION_LENGTH = 24
+SMOL_LENGTH = 96  # the IRs' positions; npuopt calibrates an IR at its own (longest) shapes
 
 
 def cosine(a, b):
@@ -225,12 +225,12 @@ def test_smollm2(tmp_path):
     """Acceptance 2: SmolLM2-135M's prefill and decode IRs (dynamic, 96 positions); their
     float forward against PyTorch's logits on three prompts (cosine >= 0.99999, the prefill
     on the prompt, the decode step on PyTorch's caches of it); both quantized with npuopt's
-    defaults (calibrated on four texts); the 64 greedy tokens after each prompt from the
-    quantized IRs, npuopt's forward and npuopt-run --generate, equal."""
+    defaults (calibrated on four windows of 96 tokens of four texts); the 64 greedy tokens
+    after each prompt from the quantized IRs, npuopt's forward and npuopt-run --generate, equal."""
     from npuopt_export.gguf_llama import load_gguf, smollm2_path
     from npuopt_export.llama import Decode
 
-    model, tokenizer = load_gguf(smollm2_path(), max_length=96)
+    model, tokenizer = load_gguf(smollm2_path(), max_length=SMOL_LENGTH)
     graphs = export_decoder(model, "smol")
     prompts = [tokenizer.encode(p) for p in SMOL_PROMPTS]
     figures = []
@@ -246,11 +246,11 @@ def test_smollm2(tmp_path):
             figures.append((pre, cosine(got[0], want[0])))
     print("SmolLM2 float IRs vs PyTorch logits (prefill, decode) cosines:", figures)
     assert min(min(f) for f in figures) >= 0.99999
-    calibration = [tokenizer.encode(t)[:SMOL_CALIBRATION_LENGTH + 1] for t in SMOL_CALIBRATION]
-    assert all(len(c) == SMOL_CALIBRATION_LENGTH + 1 for c in calibration)
+    text = tokenizer.encode(" ".join(SMOL_CALIBRATION))
+    calibration = [text[start:start + SMOL_LENGTH] for start in (0, 20, 40, 60)]
+    assert all(len(c) == SMOL_LENGTH for c in calibration)
     quantized = {}
-    for step, data in (("prefill", [np.array([c[:-1] for c in calibration], np.int64)]),
-                       ("decode", decode_inputs(model, calibration))):
+    for step, data in (("prefill", [np.array(calibration, np.int64)]), ("decode", decode_inputs(model, calibration))):
         write(graphs[step][0], tmp_path / step, f"smol_{step}")
         quantized[step] = quantize(str(tmp_path / step), f"smol_{step}", data)
     q_prefill, q_decode = (read_graph(quantized[s], quantized[s][:-4] + ".bin") for s in ("prefill", "decode"))
