@@ -92,8 +92,10 @@ def check_labels(cfg, dataset, metrics, outputs) -> None:
 
 def check_overflow(node) -> None:
     """A float layer with constants whose output holds Inf or NaN from finite inputs: its
-    constants overflow float32 (weights near 3e38, say); one line naming the layer."""
-    if node.quantized or not node.constants or _finite(node.outputs) or not _finite(node.inputs):
+    constants overflow float32 (weights near 3e38, say); one line naming the layer. A Constant
+    layer hands its values on as they are (an attention mask's -inf)."""
+    if node.quantized or not node.constants or node.type == "Constant" or _finite(node.outputs) \
+            or not _finite(node.inputs):
         return
     sizes = ", ".join(f"{k} up to {float(c.betensor.abs().max()):.3g}" for k, c in node.constants.items()
                       if c.betensor.is_floating_point() and c.betensor.numel())

@@ -6,6 +6,7 @@ from typing import Dict, List, Optional, Sequence, Set
 import networkx as nx
 import torch
 
+from . import dynamic_shapes
 from .dtype import Dtype
 from .errors import GraphError, NpuoptError
 from .node import PyNode, float_layers_in_float64, float_layers_wide, tops_in_float32
@@ -255,10 +256,17 @@ class PyGraph:
     def _forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool, check_shapes: bool,
                  after_node, wide: Optional[bool] = None) -> List[torch.Tensor]:
         """The layers in order; float layers in float64 where `wide` (by default: where this
-        graph computes them so, computes_float_layers_in_float64)."""
+        graph computes them so, computes_float_layers_in_float64). A graph with dynamic
+        symbols runs as the static IR of its inputs' lengths (dynamic_shapes.bound)."""
         if len(inputs) != len(self.input_tensors):
             raise GraphError(f"graph '{self.name}' takes {len(self.input_tensors)} input(s) "
                              f"({', '.join(t.name for t in self.input_tensors)}), got {len(inputs)}")
+        if not dynamic_shapes.names(self):
+            return self._run_layers(inputs, keep_tensors, check_shapes, after_node, wide)
+        with dynamic_shapes.bound(self, dynamic_shapes.symbols_of(self, inputs)):
+            return self._run_layers(inputs, keep_tensors, check_shapes, after_node, wide)
+
+    def _run_layers(self, inputs, keep_tensors, check_shapes, after_node, wide) -> List[torch.Tensor]:
         for t, value in zip(self.input_tensors, inputs):
             if tuple(value.shape[1:]) != tuple(t.ir_shape[1:]):
                 raise GraphError(f"input '{t.name}' has shape {list(value.shape)}, the IR says "

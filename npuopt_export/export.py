@@ -263,8 +263,8 @@ def available_memory() -> Optional[int]:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model")
-@click.option("--input-shape", "input_shapes", multiple=True, required=True, metavar="N,C,H,W",
-              help="the PyTorch input shape (repeat for several inputs)")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="N,C,H,W",
+              help="the PyTorch input shape (repeat for several inputs); not with --llm")
 @click.option("-o", "--output", "out_prefix", required=True, metavar="OUT_PREFIX",
               help="writes OUT_PREFIX.txt and OUT_PREFIX.bin")
 @click.option("--weights", metavar="FILE", help="a state dict to load into the model")
@@ -272,9 +272,16 @@ def available_memory() -> Optional[int]:
               show_default=True, help="layout of 4-D IR inputs (the PyTorch input is always NCHW)")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="torch.manual_seed before the model is built (random weights) and seed of the check input")
+@click.option("--llm", is_flag=True, help="MODEL is a decoder (npuopt_export.llama.Llama): write "
+              "OUT_PREFIX_prefill and OUT_PREFIX_decode, dynamic in the sequence and cache lengths")
+@click.option("--max-length", type=click.IntRange(min=4), metavar="N",
+              help="with --llm: the most positions a prefill or a cache and its step take (default: the model's)")
+@click.option("--length", type=click.IntRange(min=1), metavar="N",
+              help="with --llm: static IRs instead, a prefill of N tokens and a step after N cached positions")
 @click.option("--verbose", "-v", is_flag=True, help="a traceback on errors")
-def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
-    """Export a PyTorch MODEL to a float npuopt IR: OUT_PREFIX.txt and OUT_PREFIX.bin.
+def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose, llm, max_length, length):
+    """Export a PyTorch MODEL to a float npuopt IR: OUT_PREFIX.txt and OUT_PREFIX.bin
+    (with --llm a decoder's two IRs, OUT_PREFIX_prefill and OUT_PREFIX_decode).
 
     \b
     MODEL is one of:
@@ -286,6 +293,7 @@ def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
     \b
       npuopt-export torchvision:resnet18 --input-shape 1,3,224,224 -o out/resnet18
       npuopt-export npuopt_export.models:efficientnet_lite0 --input-shape 1,3,224,224 -o out/lite0
+      npuopt-export npuopt_export.gguf_llama:smollm2_135m --llm --max-length 128 -o out/smollm2
 
     The model is traced in eval mode with torch.export and mapped to IR layers
     (4-D activations NHWC); BatchNorms are folded and activations fused. The IR is
@@ -294,7 +302,22 @@ def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
     that does not run on the input shape; weights that do not fit) are one line
     and exit status 1.
     """
+    if llm or max_length or length:
+        from .export_llm import write_decoder
+        try:
+            if not llm or input_shapes:
+                raise ExportError("--max-length and --length go with --llm, which takes no --input-shape")
+            outputs = _outputs(out_prefix, weights, ("_prefill", "_decode"))
+            write_decoder(load_model(model, weights, seed), out_prefix, outputs, max_length, length)
+        except NpuoptError as e:
+            _fail(str(e), verbose)
+        except Exception as e:
+            _fail(f"internal error: {type(e).__name__}: {_first_line(e)} (run with --verbose for the traceback)",
+                  verbose)
+        return
     try:
+        if not input_shapes:
+            raise ExportError("--input-shape is required (or --llm for a decoder)")
         outputs = _outputs(out_prefix, weights)
         shapes = [_parse_shape(s) for s in input_shapes]
         _check_memory(shapes, input_shapes)
@@ -322,15 +345,15 @@ def main(model, input_shapes, out_prefix, weights, input_layout, seed, verbose):
                    "npuopt runs its batches one sample at a time")
 
 
-def _outputs(out_prefix: str, weights: Optional[str]) -> RunOutputs:
-    """OUT_PREFIX.txt and .bin checked before any work, as npuopt checks its outputs: a
+def _outputs(out_prefix: str, weights: Optional[str], suffixes: Sequence[str] = ("",)) -> RunOutputs:
+    """OUT_PREFIX{suffix}.txt and .bin checked before any work, as npuopt checks its outputs: a
     prefix that ends in a folder separator, a folder under a regular file or one that cannot be made or
     written into, or the --weights file, is one line; the files appear only once written whole."""
     if not os.path.basename(out_prefix):
         raise ExportError(f"-o '{out_prefix}' names a folder; give the files' prefix, e.g. "
                           f"'{os.path.join(out_prefix, 'model')}' for model.txt and model.bin in it")
     outputs = RunOutputs({"--weights": weights} if weights else {}, announce=False)
-    for path in (out_prefix + ".txt", out_prefix + ".bin"):
+    for path in (out_prefix + suffix + ext for suffix in suffixes for ext in (".txt", ".bin")):
         outputs.check("-o", path)
     return outputs
 

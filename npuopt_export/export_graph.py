@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
+from npuopt.dtype import Dtype
 from npuopt.errors import ExportError, NpuoptError
 from npuopt.ir.builder import GraphBuilder
 
@@ -55,14 +56,41 @@ class LazyPad:
         return [[0, 0], [0, 0], [top, bottom], [left, right]]
 
 
-def holds_act(value) -> bool:
-    if isinstance(value, (Act, LazyPad)):
+class Size(int):
+    """An int the model computed from a tensor's size (a dynamic length, `pk.shape[2] + 1`):
+    arithmetic on it stays a Size, and an op of a constant with a Size argument (a slice of
+    a rotary table up to the length) is a layer, not a folded constant, so that the IR of
+    every length has the same layers."""
+
+    def _wrap(op):
+        def method(self, *other):
+            result = op(int(self), *(int(o) for o in other))
+            return Size(result) if isinstance(result, int) else result
+        return method
+
+    __add__, __radd__ = _wrap(int.__add__), _wrap(int.__radd__)
+    __sub__, __rsub__ = _wrap(int.__sub__), _wrap(int.__rsub__)
+    __mul__, __rmul__ = _wrap(int.__mul__), _wrap(int.__rmul__)
+    __floordiv__, __neg__ = _wrap(int.__floordiv__), _wrap(int.__neg__)
+    del _wrap
+
+
+def _holds(value, kinds) -> bool:
+    if isinstance(value, kinds):
         return True
     if isinstance(value, (list, tuple)):
-        return any(holds_act(v) for v in value)
+        return any(_holds(v, kinds) for v in value)
     if isinstance(value, dict):
-        return any(holds_act(v) for v in value.values())
+        return any(_holds(v, kinds) for v in value.values())
     return False
+
+
+def holds_act(value) -> bool:
+    return _holds(value, (Act, LazyPad))
+
+
+def holds_size(value) -> bool:
+    return _holds(value, Size)
 
 
 def module_of(node: torch.fx.Node) -> Tuple[str, str]:
@@ -98,10 +126,14 @@ class Exporter:
         self._used_names = set()
         self._layouts: Dict[Tuple[str, Tuple[int, ...]], str] = {}
         self._leaf: Dict[str, bool] = {}
+        self._sizes: Dict[object, int] = {}  # a dynamic size's symbol -> its value in the examples
+        self._plain = False  # graph inputs and outputs in PyTorch's layout (4-D too)
 
     # ---- the walk ----------------------------------------------------------------
-    def run(self, examples: Sequence[torch.Tensor], nhwc_inputs: bool):
-        """Returns the built graph (before stage-1 passes)."""
+    def run(self, examples: Sequence[torch.Tensor], nhwc_inputs: bool, plain_layout: bool = False):
+        """Returns the built graph (before stage-1 passes). `plain_layout`: every graph input
+        and output in PyTorch's layout (a decoder's caches), not NHWC."""
+        self._plain = plain_layout
         sig = self.program.graph_signature
         consts = {**self.program.state_dict, **self.program.constants}
         const_targets = {spec.arg.name: spec.target for spec in sig.input_specs
@@ -115,7 +147,9 @@ class Exporter:
                 if node.name in const_targets:
                     values[node] = consts[const_targets[node.name]].detach()
                 else:
-                    values[node] = self._input(node.name, next(user_examples), nhwc_inputs)
+                    example = next(user_examples)
+                    self._bind_sizes(node, example)
+                    values[node] = self._input(node.name, example, nhwc_inputs and not plain_layout)
             elif node.op == "call_function":
                 values[node] = self._convert(node, values)
             elif node.op == "output":
@@ -124,27 +158,50 @@ class Exporter:
                 outputs = [self._output(values[r]) for r in results]
         return self.builder.build(outputs)
 
+    def _bind_sizes(self, node: torch.fx.Node, example: torch.Tensor) -> None:
+        """The symbols of a traced input's dynamic sizes take the example's sizes."""
+        for size, value in zip(getattr(node.meta.get("val"), "shape", ()), example.shape):
+            if isinstance(size, torch.SymInt):
+                self._sizes[size.node.expr] = int(value)
+
+    def size(self, value) -> int:
+        """A traced size (a dynamic one: its value in the examples)."""
+        if isinstance(value, torch.SymInt):
+            return int(value.node.expr.xreplace(self._sizes))
+        return int(value)
+
+    def shape_of(self, node: torch.fx.Node) -> Tuple[int, ...]:
+        return tuple(self.size(d) for d in node.meta["val"].shape)
+
     def _input(self, name: str, example: torch.Tensor, nhwc: bool) -> Act:
         perm = canonical_perm(example.dim()) if nhwc else tuple(range(example.dim()))
         value = example.permute(perm).contiguous()
         self._used_names.add(name)
-        self.builder.input(name, list(value.shape), value)
+        if value.is_floating_point():
+            self.builder.input(name, list(value.shape), value)
+        else:  # token ids, indices: int32 as the parser writes them
+            self.builder.input(name, list(value.shape), value.to(torch.int32), Dtype.INT32)
         return Act(name, tuple(example.shape), perm)
+
+    def _layout(self, rank: int) -> Tuple[int, ...]:
+        return tuple(range(rank)) if self._plain else canonical_perm(rank)
 
     def _output(self, value) -> str:
         if isinstance(value, torch.Tensor):
-            return self.constant(value, canonical_perm(value.dim())).name
+            return self.constant(value, self._layout(value.dim())).name
         if not isinstance(value, (Act, LazyPad)):
             raise ExportError(f"the model returns a {type(value).__name__}; only tensors can be IR outputs")
         act = self.act(value)
-        return self.need(act, canonical_perm(act.rank)).name
+        return self.need(act, self._layout(act.rank)).name
 
     def _convert(self, node: torch.fx.Node, values):
         args = torch.fx.node.map_arg(node.args, lambda n: values[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: values[n])
-        if not holds_act((args, kwargs)):
+        sized = holds_size((args, kwargs))
+        if not holds_act((args, kwargs)) and not (sized and _holds(args, torch.Tensor)):
             with torch.no_grad():
-                return node.target(*args, **kwargs)  # computed from constants only: fold it
+                result = node.target(*args, **kwargs)  # computed from constants only: fold it
+            return Size(result) if sized and isinstance(result, int) else result
         if node.target is operator.getitem:
             picked = args[0][args[1]]
             if picked is None:
@@ -164,7 +221,7 @@ class Exporter:
     # ---- values ------------------------------------------------------------------
     @property
     def out_shape(self) -> Tuple[int, ...]:
-        return tuple(self.node.meta["val"].shape)
+        return self.shape_of(self.node)
 
     def act(self, value) -> Act:
         """The IR tensor of a value that is not a constant (a LazyPad gets its Pad layer)."""
@@ -236,7 +293,7 @@ class Exporter:
         """Add one layer for the current node; `shape` (PyTorch) and `perm` default to
         the node's output shape and the first input's layout."""
         node = node or self.node
-        shape = tuple(shape if shape is not None else node.meta["val"].shape)
+        shape = tuple(shape) if shape is not None else self.shape_of(node)
         perm = tuple(perm if perm is not None else bottoms[0].perm)
         return self._layer(optype, self.layer_name(node, suffix), bottoms, params, constants, shape, perm,
                            top_shape)

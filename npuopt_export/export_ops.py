@@ -376,10 +376,11 @@ def split(ex, node, x, split_size, dim=0):
     return ex.emit_split(act, act.ir_axis(dim), [tuple(v.shape) for v in node.meta["val"]])
 
 
-def _slice(ex, act, dim, start, end, step):
+def _slice(ex, act, dim, start, end, step, keep=False):
+    """A Slice layer, none where it picks the whole axis (unless `keep`)."""
     dim = dim % act.rank
     picked = range(act.shape[dim])[slice(start, end, step)]
-    if len(picked) == act.shape[dim] and picked.step == 1:
+    if len(picked) == act.shape[dim] and picked.step == 1 and not keep:
         return act
     ir_shape = [act.shape[p] for p in act.perm]
     begin, stop, strides = [0] * act.rank, list(ir_shape), [1] * act.rank

@@ -5,11 +5,16 @@ Errors are one line `npuopt-run: error: ...` and exit status 1, and leave no fil
 --verbose adds the traceback.
 """
 import argparse
+import os
 import sys
 import traceback
 from typing import List
 
+import numpy as np
+
+from . import symbols
 from .errors import RefrunError
+from .generate import generate
 from .irfile import read_model
 from .runner import Runner
 from .stream import NpyInput, Writer
@@ -50,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"written batch by batch, so memory follows the model and N, not the number of "
                         f"samples; results do not depend on N (a model with shapes that follow the data, "
                         f"whose layers span the batch, runs all its samples at once)")
+    p.add_argument("--generate", metavar="DECODE_o.txt",
+                   help="MODEL is a decoder's prefill IR and this its decode-step IR (npuopt-export --llm): "
+                        "generate --tokens token ids greedily after each prompt of the one --input (token ids "
+                        "[prompts, N]), the KV cache kept by the runner; -o gets them as 'tokens' [prompts, T]")
+    p.add_argument("--tokens", type=int, default=32, metavar="T", help="tokens to generate (default 32)")
     p.add_argument("--verbose", "-v", action="store_true", help="print the traceback on errors")
     return p
 
@@ -77,11 +87,13 @@ def _fail(message: str, verbose: bool) -> None:
 def run(args) -> None:
     """Stream the inputs through the model batch by batch into the Writer: memory follows
     the model and --batch-size, and nothing is written unless every batch ran."""
+    if args.generate:
+        return run_generation(args)
     if args.batch_size < 1:
         raise RefrunError(f"--batch-size must be at least 1, got {args.batch_size}")
     with Writer(args.output, args.dump) as writer:
-        runner = Runner(read_model(args.model, args.bin))
         sources = [NpyInput(path) for path in args.input]
+        runner = Runner(symbols.bind(read_model(args.model, args.bin), [source.shape for source in sources]))
         runner.check_inputs(sources, args.integer_input, args.input)
         samples = {source.shape[0] for source in sources}
         if len(samples) > 1:
@@ -94,6 +106,29 @@ def run(args) -> None:
             batch = [source.rows(start, start + size) for source in sources]
             runner.stream(runner.prepare_inputs(batch, args.integer_input), writer.wanted, writer.add)
         writer.publish()
+
+
+def run_generation(args) -> None:
+    """--generate: the prompts one by one through generate.generate; -o written whole at the end."""
+    if len(args.input) != 1 or args.tokens < 1:
+        raise RefrunError(f"--generate takes one --input (the prompts' token ids) and --tokens of at least 1, "
+                          f"got {len(args.input)} --input and --tokens {args.tokens}")
+    prompts = NpyInput(args.input[0]).rows(0, None)
+    if prompts.ndim != 2 or not np.issubdtype(prompts.dtype, np.integer):
+        raise RefrunError(f"input file '{args.input[0]}': token ids [prompts, N] as integers, got {prompts.dtype} "
+                          f"{list(prompts.shape)}")
+    prefill, decode = read_model(args.model, args.bin), read_model(args.generate)
+    tokens = np.array([generate(prefill, decode, list(p), args.tokens) for p in prompts], dtype=np.int64)
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+        raise RefrunError(f"-o '{args.output}': folder '{folder}' does not exist")
+    staged = os.path.join(folder, f".{os.path.basename(args.output)}.{os.getpid()}.tmp.npz")
+    try:
+        np.savez(staged, tokens=tokens)
+        os.replace(staged, args.output)
+    finally:
+        if os.path.exists(staged):
+            os.remove(staged)
 
 
 if __name__ == "__main__":

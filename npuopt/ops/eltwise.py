@@ -54,6 +54,16 @@ def branch_multipliers(ratios, absmaxes, mult_bits: int):
     return ms, m_out, shift
 
 
+def branch_reach(t) -> int:
+    """Bounds |A| of an input, for the cap of its branch multiplier: its grid's ends; for
+    integers that are their own values (qinvariant: an int32 attention mask, counts) the
+    calibrated extrema, as an activation's range (beyond them A * M_a saturates at 2^31)."""
+    stats = t.statistics
+    if t.qinvariant and stats is not None and not stats.empty:
+        return int(math.ceil(max(abs(float(stats.min)), abs(float(stats.max)))))
+    return QT.shifted_absmax(t)
+
+
 def eltwise_quantized(node, method):
     a_t, b_t = node.inputs
     out = node.outputs[0]
@@ -99,7 +109,7 @@ def eltwise_quantize(self, *args):
         Rescale.from_ratio(out.scale / (a_t.scale * b_t.scale), st.multiplier_bits).write(self)
     else:
         ratios = [out.scale / a_t.scale, out.scale / b_t.scale]
-        absmaxes = [QT.shifted_absmax(a_t), QT.shifted_absmax(b_t)]
+        absmaxes = [branch_reach(a_t), branch_reach(b_t)]
         (m_a, m_b), m_out, shift = branch_multipliers(ratios, absmaxes, st.multiplier_bits)
         BranchRescales([m_out, m_a, m_b], shift).write(self)
     quantize_fused(self, out)

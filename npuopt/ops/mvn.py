@@ -14,9 +14,9 @@ from ..dtype import Dtype
 from ..quant import fields, qmath
 from ..quant import tensors as QT
 from ..quant.fields import Rescale, Shift
-from ..quant.settings import settings_of
 from ..registry import OpType, op_register, quant_register
 from . import _norm
+from ._symmetric import symmetric_output
 
 
 def layout(node, shape) -> _norm.Layout:
@@ -36,16 +36,6 @@ def mvn_forward(self, *args):
     eps = float(self.get_param("epsilon", 1e-9))
     out_t.betensor = _norm.affine_float(self, _norm.normalized_float(x_t.betensor, lay, eps), lay)
     return out_t.betensor
-
-
-def symmetric_output(node, out_t) -> None:
-    """Signed with zero point 0 under any activation method: n is clamped to the output
-    dtype's range before the zero point is subtracted, so a shifted range would cut n."""
-    st = settings_of(node)
-    lo, hi = QT.activation_range(node, out_t, True)
-    reach = max(-lo, hi)
-    scale, _, qmin, qmax = qmath.linear_quant_params(-reach, reach, st.activation_bits, True, True, True)
-    QT.set_quantization(out_t, scale, 0, qmin, qmax, st.activation_bits, True)
 
 
 @quant_register(OpType.MVN, "1.0")

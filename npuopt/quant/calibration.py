@@ -152,6 +152,34 @@ def attach_statistics(graph, stats: Dict[str, Statistics], fill_missing: bool = 
         if t.statistics.empty and not t.qinvariant:
             if t.statistics.nonfinite:
                 OPT_WARN(f"tensor '{t.name}' had no finite calibration value; its range is [0, 0]")
+    plan_mask_ranges(graph)
+
+
+MASK_REACH = 2.0  # a mask's lowest value, in widths of the widest masked sum's range
+
+
+def plan_mask_ranges(graph) -> None:
+    """Attention masks (statistics.MASKED): a sum of scores and a mask keeps the scores'
+    range (the masked values left out of its statistics) and its masked values saturate
+    at its grid's bottom; so that they do, the mask itself (0 and "minus infinity", and
+    every tensor that holds only such values: the mask's moves, a Mul of 0/1 by the
+    lowest float) is given the range [-MASK_REACH * R, 0], R the largest magnitude of the
+    tensors that hold scores and masked values (of any tensor where none does), and its
+    masked values quantize to its lowest integer. A range set before (a plugin's) stays."""
+    stats = [t.statistics for t in graph.tensors if t.statistics is not None and not t.qinvariant]
+    masks = [t for t in graph.tensors if t.statistics is not None and t.statistics.mask_only
+             and not t.qinvariant and t.planned_range is None]
+    if not masks:
+        return
+    sums = [s for s in stats if s.masked and not s.mask_only]
+    reach = MASK_REACH * max((_magnitude(s) for s in (sums or stats) if not s.empty), default=1.0)
+    for t in masks:
+        other = 0.0 if t.statistics.empty else float(torch.as_tensor(t.statistics.max).max())
+        t.planned_range = (min(-reach, other), max(other, 0.0))
+
+
+def _magnitude(s: Statistics) -> float:
+    return max(abs(float(torch.as_tensor(s.min).min())), abs(float(torch.as_tensor(s.max).max())))
 
 
 class LayerCalibrator(Calibrator):

@@ -1,7 +1,12 @@
 """Calibration statistics of one tensor, gathered batch by batch.
 
-Non-finite values (NaN, +-Inf) are left out of every statistic; the caller is
-told (`nonfinite` counts them) so it can warn, naming the tensor.
+Non-finite values (NaN, +Inf) are left out of every statistic; the caller is
+told (`nonfinite` counts them) so it can warn, naming the tensor. An attention
+mask's "minus infinity" (-Inf, float32's lowest, -1e9: any value at or below
+MASKED) is left out too, silently, and counted (`masked`): scores plus a mask keep
+the scores' range, the masked values saturate at the bottom of the grid when
+quantized, and a mask itself gets a range that reaches below the scores'
+(calibration.plan_mask_ranges; docs/calibration.md, "Attention masks").
 """
 import math
 import os
@@ -15,6 +20,13 @@ from ..errors import ConfigError
 from . import qmath
 
 SUM_SLICE = 1 << 20  # values summed per float64 slice (8 MiB of scratch)
+MASKED = -1e8  # values at or below it are an attention mask's "minus infinity"
+_STEPS_MAX = float(np.finfo(np.float32).max) / 2  # histogram steps (x - lo) * bins stay below it in float32
+
+
+def usable(x: torch.Tensor) -> torch.Tensor:
+    """Where a float tensor's values count in statistics and ranges: finite and above MASKED."""
+    return torch.isfinite(x) & (x > MASKED)
 
 
 def _widened(cur_lo: float, cur_hi: float, lo: float, hi: float) -> Tuple[float, float]:
@@ -36,6 +48,7 @@ def _widened(cur_lo: float, cur_hi: float, lo: float, hi: float) -> Tuple[float,
 class BatchPart:
     """What one batch adds to a tensor's statistics (`Statistics.fold`)."""
     nonfinite: int
+    masked: int
     lo: object = None          # extrema of its finite values (floats, or tensors per channel); None: none
     hi: object = None
     count: int = 0             # finite values, their sums in float64 per slice of SUM_SLICE, their histogram
@@ -47,12 +60,14 @@ class BatchPart:
 
 @dataclass
 class FiniteValues:
-    """A batch's finite values (1-D float32; NaN/Inf left out and counted), their extrema
-    `lo`/`hi` (None when there is none), and per channel along `axis` when it is set."""
+    """A batch's usable values (1-D float32; NaN/+Inf left out and counted, masked values
+    left out), their extrema `lo`/`hi` (None when there is none), and per channel along
+    `axis` when it is set."""
     flat: torch.Tensor
     lo: Optional[float]
     hi: Optional[float]
     nonfinite: int = 0
+    masked: int = 0
     channel_lo: Optional[torch.Tensor] = None
     channel_hi: Optional[torch.Tensor] = None
 
@@ -63,16 +78,17 @@ class FiniteValues:
             x = x.to(torch.float32)
         if axis is None and x.numel():
             # the usual case, in fewer passes: one aminmax gives the extrema and says
-            # whether every value is finite (NaN propagates into it, an Inf is an extremum)
+            # whether every value is usable (NaN propagates into it, an Inf is an extremum)
             lo, hi = (float(v) for v in torch.aminmax(x))
-            if math.isfinite(lo) and math.isfinite(hi):
+            if MASKED < lo and math.isfinite(hi):
                 return cls(x.reshape(-1).to(torch.float32), lo, hi)
-        finite = torch.isfinite(x)
+        finite = usable(x)
         all_finite = bool(finite.all())
         flat = (x.reshape(-1) if all_finite else x[finite]).to(torch.float32)
         found = flat.numel() > 0
+        masked = 0 if all_finite else int((x <= MASKED).sum())
         values = cls(flat, float(flat.min()) if found else None, float(flat.max()) if found else None,
-                     0 if all_finite else int((~finite).sum()))
+                     0 if all_finite else int((~finite).sum()) - masked, masked)
         if axis is not None:
             values.channel_lo, values.channel_hi = _channel_extrema(x, finite, all_finite, axis)
         return values
@@ -80,7 +96,7 @@ class FiniteValues:
     def part(self, bins: int, hist_range: Optional[Tuple[float, float]]) -> BatchPart:
         """The batch's contribution, its histogram over `hist_range` (Statistics.hist_range_after)."""
         per_channel = self.channel_lo is not None
-        part = BatchPart(self.nonfinite, self.channel_lo if per_channel else self.lo,
+        part = BatchPart(self.nonfinite, self.masked, self.channel_lo if per_channel else self.lo,
                          self.channel_hi if per_channel else self.hi)
         if self.lo is None:
             return part
@@ -103,12 +119,15 @@ def histogram(flat: torch.Tensor, bins: int, lo: float, hi: float, low: float, h
     hi rounded to float32, and x = hi in the last bin; on the CPU the same float32
     steps and a bincount, slice by slice in reused buffers, count the same about five
     times faster (tests/test_calibration.py checks it against histc, values on the bin
-    edges too). Where those conditions do not hold, histc itself."""
+    edges too). Where those conditions do not hold, histc itself; so too where
+    (x - lo) * bins can overflow float32 (a range near float32's largest, as an
+    attention mask of float32's lowest value gives: histc's own steps overflow there)."""
     lo32, hi32 = np.float32(lo), np.float32(hi)
-    width = np.float32(hi32 - lo32)
+    steps_fit = 0 < (float(hi32) - float(lo32)) * bins < _STEPS_MAX
     if flat.device.type != "cpu" or flat.dtype != torch.float32 or not (lo32 <= low and high <= hi32) \
-            or not (0 < width < np.inf) or bins >= 1 << 30:
+            or not steps_fit or bins >= 1 << 30:
         return torch.histc(flat, bins, lo, hi).to(torch.float64).cpu()
+    width = np.float32(hi32 - lo32)
     counts = torch.zeros(bins, dtype=torch.int64)
     for start in range(0, flat.numel(), SUM_SLICE):
         piece = flat[start:start + SUM_SLICE]
@@ -154,6 +173,7 @@ class Statistics:
         self.hist = None                       # float64 tensor [bins]
         self.hist_lo = self.hist_hi = 0.0
         self.nonfinite = 0
+        self.masked = 0                        # values of an attention mask's "minus infinity" (MASKED)
 
     # ---- gathering ---------------------------------------------------------
     def update(self, x: torch.Tensor) -> None:
@@ -177,6 +197,7 @@ class Statistics:
         """Add what one batch contributes; batches are folded in the order they came (the
         running means of extrema, the float sums and the histogram's widening depend on it)."""
         self.nonfinite += part.nonfinite
+        self.masked += part.masked
         if part.lo is not None:
             self._merge_extrema(part.lo, part.hi)
         if not part.count:
@@ -233,9 +254,16 @@ class Statistics:
     def empty(self) -> bool:
         return self.min is None
 
+    @property
+    def mask_only(self) -> bool:
+        """An attention mask: masked values and at most one other value (its 0)."""
+        if not self.masked or self.empty:
+            return bool(self.masked)
+        return float(torch.as_tensor(self.min).min()) == float(torch.as_tensor(self.max).max())
+
     # ---- persistence ---------------------------------------------------------
     _FIELDS = ("bins", "momentum", "axis", "min", "max", "running_min", "running_max", "count", "sum",
-               "sum_sq", "hist", "hist_lo", "hist_hi", "nonfinite")
+               "sum_sq", "hist", "hist_lo", "hist_hi", "nonfinite", "masked")
 
     def state_dict(self) -> dict:
         return {k: getattr(self, k) for k in self._FIELDS}
@@ -243,8 +271,8 @@ class Statistics:
     @classmethod
     def from_state(cls, state: dict) -> "Statistics":
         s = cls(state["bins"], state["momentum"], state["axis"])
-        for k in cls._FIELDS:
-            setattr(s, k, state[k])
+        for k in cls._FIELDS:  # a field newer than the file ("masked") keeps its default
+            setattr(s, k, state[k] if k in state else getattr(s, k))
         return s
 
     @classmethod
