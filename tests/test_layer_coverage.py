@@ -9,10 +9,8 @@ from conftest import REPO, SHARED_DATA, start_npuopt
 
 PARSER_TYPES_DOC = SHARED_DATA.parent / "docs" / "parser-layer-types.md"
 
-# parser layer types without a forward yet (issue 45's and RotaryEmbedding, issue 44's)
-NOT_YET = """
-RotaryEmbedding
-""".split()
+# parser layer types without a forward yet
+NOT_YET = []
 
 # layer types with a forward and no quantize function, and why (docs/ir-ops.md)
 KEPT_IN_FLOAT = {
