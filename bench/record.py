@@ -86,7 +86,9 @@ def write(name: str, tables: str, runs: str, threads: int, device: str = "cpu", 
     machine, `threads` and `runs` ("best of 3", "1 run"); a block of a new NAME goes at the
     end. Then the README's headline figures are written again from the tables."""
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
-    block = (f"Measured {stamp} on {machine(device)}, {threads} thread{'s' if threads != 1 else ''}, "
+    # the machine's load over the last 15 minutes: timings of a busy machine are not its own
+    load = f", load {os.getloadavg()[2]:.1f}" if hasattr(os, "getloadavg") else ""
+    block = (f"Measured {stamp} on {machine(device)}{load}, {threads} thread{'s' if threads != 1 else ''}, "
              f"{runs}{': ' + what if what else ''}.\n\n{tables.strip()}\n")
     text = docs.read_text(encoding="utf-8")
     begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"

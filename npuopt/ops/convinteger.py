@@ -75,7 +75,6 @@ def convinteger_quantize(self, *args):
         raise QT.Unsupported(f"layer '{self.name}' (ConvInteger): x_zero_point {x_zp} is not the zero point "
                              f"{-x_t.zerop} of the source's integers it reads")
     folded = _biases(self).cpu() - (c.betensor.to(torch.float64).cpu() - w_zp).reshape(c.ir_shape[0], -1).sum(1) * x_zp
-    c.betensor = c.betensor.clone()  # a tensor of its own: the float graph keeps its own
     c.scale, c.zerop, c.qbits, c.qmin, c.qmax, c.qinvariant = 1.0, -w_zp, c.dtype.bits, c.dtype.qmin, c.dtype.qmax, True
     b = self.constants.setdefault("biases", PyTensor("biases", torch.zeros(c.ir_shape[0], dtype=torch.int32)))
     b.betensor = folded.clamp_(QT.INT32_MIN, QT.INT32_MAX).to(torch.int32).to(c.betensor.device)

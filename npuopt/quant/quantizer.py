@@ -163,6 +163,8 @@ def warn_float16_ranges(qgraph, float_graph) -> None:
             if t.dtype != Dtype.FP16 or source not in calibrated or source in found:
                 continue
             ft = calibrated[source]
+            if ft.extrema_min is None:  # no value counted (an attention mask's only)
+                continue
             largest = max(abs(float(ft.extrema_min)), abs(float(ft.extrema_max)))
             if 0 < largest < tiny or largest > huge:
                 found[source] = largest
