@@ -242,9 +242,10 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str, 
 
 
 def assert_op_test_edit_stops_npuopt(tmp_path: Path, case: str, layer: str, key: str, value: str,
-                                      message: str) -> None:
+                                      message: str, **fields) -> None:
     """The op test `case` with `key` of `layer` set to `value`, through `npuopt --cfg` (in this
-    process): one error line naming the layer and `message`, exit 1, no traceback, nothing written."""
+    process, more cfg `fields` given): one error line naming the layer and `message`, exit 1,
+    no traceback, nothing written."""
     folder = REPO / "op_tests" / case
     for suffix in (".txt", ".bin"):
         shutil.copyfile(folder / f"{case}{suffix}", tmp_path / f"{case}{suffix}")
@@ -253,7 +254,7 @@ def assert_op_test_edit_stops_npuopt(tmp_path: Path, case: str, layer: str, key:
     single = (folder / "calib.npy").is_file()
     cfg = write_cfg(tmp_path / "opt.cfg", graph=tmp_path / f"{case}.txt", bin=tmp_path / f"{case}.bin",
                     model_name=case, dataset="NumpyDataset" if single else "NumpyMultiInputDataset",
-                    calibration_data=folder / ("calib.npy" if single else "calib.npz"), output_dir=out)
+                    calibration_data=folder / ("calib.npy" if single else "calib.npz"), output_dir=out, **fields)
     result = run_in_process("--cfg", cfg)
     report = f"exit {result.exit_code}\n{result.output}"
     errors = [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]

@@ -16,7 +16,7 @@ from npuopt.errors import IRError
 from npuopt.ir.builder import GraphBuilder
 from test_ops_float import close
 
-from conftest import REPO, edit_ir, run_in_process, write_cfg
+from conftest import REPO, assert_op_test_edit_stops_npuopt, edit_ir
 
 D = torch.tensor([[1.0, 2.0], [3.0, -4.0], [5.0, 6.0]])
 
@@ -177,23 +177,7 @@ BAD_PARAMS = [
 def test_bad_params_stop_npuopt_with_one_line(tmp_path, case, layer, key, value, message):
     """Through `npuopt --cfg` (in this process): one error line naming the layer, exit 1, no
     traceback, nothing written."""
-    folder = REPO / "op_tests" / case
-    for suffix in (".txt", ".bin"):
-        shutil.copyfile(folder / f"{case}{suffix}", tmp_path / f"{case}{suffix}")
-    edit_ir(tmp_path / f"{case}.txt", layer, key, value)
-    out = tmp_path / "out"
-    single = (folder / "calib.npy").is_file()
-    cfg = write_cfg(tmp_path / "opt.cfg", graph=tmp_path / f"{case}.txt", bin=tmp_path / f"{case}.bin",
-                    model_name=case, dataset="NumpyDataset" if single else "NumpyMultiInputDataset",
-                    calibration_data=folder / ("calib.npy" if single else "calib.npz"), output_dir=out,
-                    calibration_batch_size=1)
-    result = run_in_process("--cfg", cfg)
-    report = f"exit {result.exit_code}\n{result.output}"
-    errors = [line for line in result.stderr.splitlines() if line.startswith("npuopt: error:")]
-    assert result.exit_code == 1 and "Traceback" not in result.output, report
-    assert len(errors) == 1 and errors[0] == result.stderr.rstrip("\n").splitlines()[-1], report
-    assert f"layer '{layer}'" in errors[0] and message in errors[0], report
-    assert not out.exists() or not any(out.iterdir())
+    assert_op_test_edit_stops_npuopt(tmp_path, case, layer, key, value, message, calibration_batch_size=1)
 
 
 @pytest.fixture(scope="module")
