@@ -13,10 +13,11 @@ the public domain" by its author), as the PyPI package pyperformance 1.14.0 ship
 (data-files/benchmarks/bm_docutils/data/docs/ref/rst/restructuredtext.txt, about 29,500
 tokens); --text FILE measures another. Tokenized whole by the GGUF's own tokenizer, its
 first 40% gives the calibration windows (--calibration of them, `--length` tokens each,
-back to back) and the windows from its middle on the evaluation ones: the two never
-overlap. Perplexity = exp(mean negative log-likelihood of each window's tokens 2..N
-given those before), computed from the logits of npuopt's forward of each IR (float or
-quantized), so it is what the quantized IR computes.
+back to back) and the windows from its middle on the evaluation ones (--evaluation of
+them, 32 by default: 8,160 tokens predicted; 0 takes all): the two never overlap.
+Perplexity = exp(mean negative log-likelihood of each window's tokens 2..N given those
+before), computed from the logits of npuopt's forward of each IR (float or quantized),
+so it is what the quantized IR computes.
 
 Generation agreement: from --prompts fixed prompts, --tokens greedy tokens of each
 quantized IR against the float IR's, position by position (the prefill IR at its static
@@ -70,7 +71,7 @@ FORMATS = {  # name: (cfg lines, the peer's scheme suffix, the target's bound on
 }
 METHODS = {"rtn": "none", "gptq": "gptq_zy", "awq": "awq_zy & gptq_zy", "auto": "auto"}
 SMOOTH = "smooth_quant_zy[0.5]"
-PEER_SCHEMES = {"rtn": "rtn", "gptq": "gptq"}  # the peer's counterparts of npuopt's methods
+PEER_SCHEMES = {"gptq": "gptq"}  # the peer's counterpart of npuopt's methods (its GPTQ only: npuopt's rtn is the floor)
 CFG = """[Common]
 graph = {ir}.txt
 bin = {ir}.bin
@@ -186,11 +187,11 @@ def main():
     p.add_argument("--text", help="a UTF-8 text file (default: pyperformance's copy of the reStructuredText spec)")
     p.add_argument("--length", type=int, default=256, help="tokens per window, the IR's static length")
     p.add_argument("--calibration", type=int, default=16, help="calibration windows")
-    p.add_argument("--evaluation", type=int, default=0, help="evaluation windows (0: all)")
-    p.add_argument("--formats", default="w4b128,w4b64,w8ch,w8a8sq", help=f"of {', '.join(FORMATS)}")
-    p.add_argument("--methods", default="rtn,gptq,awq", help=f"of {', '.join(METHODS)}")
+    p.add_argument("--evaluation", type=int, default=32, help="evaluation windows (0: all)")
+    p.add_argument("--formats", default="w4b128,w8ch,w8a8sq", help=f"of {', '.join(FORMATS)}")
+    p.add_argument("--methods", default="rtn,gptq", help=f"of {', '.join(METHODS)}")
     p.add_argument("--prompts", type=int, default=3, help="prompts for generation agreement (0: none)")
-    p.add_argument("--tokens", type=int, default=16, help="greedy tokens per prompt")
+    p.add_argument("--tokens", type=int, default=8, help="greedy tokens per prompt")
     p.add_argument("--peer-python", help="the python of llmcompressor's environment (see the docstring)")
     p.add_argument("--work", help="a folder for the IRs (default: a temporary one)")
     args = p.parse_args()
