@@ -24,14 +24,10 @@ class Feed:
         """without_batch_dim: one sample a batch, as the Compass Optimizer does."""
         return 1 if self.cfg.without_batch_dim else size
 
-    def shard(self, dataset, size: int, field: str, shuffle: bool = False, per_sample: bool = False,
-              limit: int = None) -> "Shard":
-        """The dataset's batches of `size` (the first `limit`), or their samples one by one
-        (`per_sample`), as units numbered in order; this rank reads only its own."""
-        units = batch_indices(len(dataset), self.batch_size(size), shuffle)[:limit]
-        if per_sample:
-            units = [[i] for unit in units for i in unit]
-        return Shard(self, dataset, units, field)
+    def shard(self, dataset, size: int, field: str, shuffle: bool = False, limit: int = None) -> "Shard":
+        """The dataset's batches of `size` (the first `limit`) as units numbered in order;
+        this rank reads only its own."""
+        return Shard(self, dataset, batch_indices(len(dataset), self.batch_size(size), shuffle)[:limit], field)
 
     def split(self, batch):
         """(graph inputs, labels) of a batch, on the device."""

@@ -1,4 +1,5 @@
 """PyGraph: the model, its layers in topological order, and its forward."""
+import contextlib
 import math
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Set
@@ -11,6 +12,7 @@ from .dtype import Dtype
 from .errors import GraphError, NpuoptError
 from .node import PyNode, float_layers_in_float64, float_layers_wide, tops_in_float32
 from .registry import has_data_dependent_shapes
+from .samples_together import SamplesTogether
 from .tensor import PyTensor
 
 WORKING_COPIES = 4  # 8-byte copies of a layer's largest tensor that a forward holds at once
@@ -166,7 +168,7 @@ class PyGraph:
         return self
 
     def forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool = False,
-                check_shapes: bool = True, after_node=None) -> List[torch.Tensor]:
+                check_shapes: bool = True, after_node=None, whole_batch: bool = False) -> List[torch.Tensor]:
         """Run every layer; returns the output tensors' values.
 
         Intermediate values are released once their last reader ran, unless
@@ -174,14 +176,19 @@ class PyGraph:
         is called after each layer ran (calibration gathers statistics there).
         A batch runs as one, unless the graph does not keep its samples apart
         (keeps_samples_apart): then one sample at a time, the outputs concatenated
-        along the first axis (kept tensors: the last sample's).
+        along the first axis (kept tensors: the last sample's). With `whole_batch` such
+        a batch runs layer by layer instead, each layer on every sample before the next,
+        and after_node sees the layer's tops and placeholders of the whole batch (the
+        samples' values concatenated along the first axis), as if it had run as one:
+        calibration's unit of statistics is the batch, however the graph runs it.
         """
         batch = inputs[0].shape[0] if inputs and inputs[0].dim() else 1
         if batch > 1 and not self.keeps_samples_apart():
-            def sample(x, i):
-                return x[i:i + 1] if x.dim() and x.shape[0] == batch else x
-            runs = [[o.clone() for o in self._forward([sample(x, i) for x in inputs], keep_tensors, check_shapes,
-                                                      after_node)] for i in range(batch)]
+            samples = [[x[i:i + 1] if x.dim() and x.shape[0] == batch else x for x in inputs] for i in range(batch)]
+            if whole_batch:
+                return self._forward(samples[0], keep_tensors, check_shapes, after_node, samples=samples)
+            runs = [[o.clone() for o in self._forward(sample, keep_tensors, check_shapes, after_node)]
+                    for sample in samples]
             return [torch.cat(parts, dim=0) for parts in zip(*runs)]
         return self._forward(inputs, keep_tensors, check_shapes, after_node)
 
@@ -254,19 +261,21 @@ class PyGraph:
         return True
 
     def _forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool, check_shapes: bool,
-                 after_node, wide: Optional[bool] = None) -> List[torch.Tensor]:
+                 after_node, wide: Optional[bool] = None, samples=None) -> List[torch.Tensor]:
         """The layers in order; float layers in float64 where `wide` (by default: where this
         graph computes them so, computes_float_layers_in_float64). A graph with dynamic
-        symbols runs as the static IR of its inputs' lengths (dynamic_shapes.bound)."""
+        symbols runs as the static IR of its inputs' lengths (dynamic_shapes.bound).
+        `samples` (inputs the first of them): the samples of a batch, each layer run on
+        every one before the next (samples_together)."""
         if len(inputs) != len(self.input_tensors):
             raise GraphError(f"graph '{self.name}' takes {len(self.input_tensors)} input(s) "
                              f"({', '.join(t.name for t in self.input_tensors)}), got {len(inputs)}")
         if not dynamic_shapes.names(self):
-            return self._run_layers(inputs, keep_tensors, check_shapes, after_node, wide)
+            return self._run_layers(inputs, keep_tensors, check_shapes, after_node, wide, samples)
         with dynamic_shapes.bound(self, dynamic_shapes.symbols_of(self, inputs)):
-            return self._run_layers(inputs, keep_tensors, check_shapes, after_node, wide)
+            return self._run_layers(inputs, keep_tensors, check_shapes, after_node, wide, samples)
 
-    def _run_layers(self, inputs, keep_tensors, check_shapes, after_node, wide) -> List[torch.Tensor]:
+    def _run_layers(self, inputs, keep_tensors, check_shapes, after_node, wide, samples) -> List[torch.Tensor]:
         for t, value in zip(self.input_tensors, inputs):
             if tuple(value.shape[1:]) != tuple(t.ir_shape[1:]):
                 raise GraphError(f"input '{t.name}' has shape {list(value.shape)}, the IR says "
@@ -278,20 +287,30 @@ class PyGraph:
         outputs = {t.name for t in self.output_tensors}
         wide = self.computes_float_layers_in_float64 if wide is None else wide
         bounded = self.data_dependent_tensors() if check_shapes else set()
+        together = SamplesTogether(self.input_tensors, samples) if samples else None
         with torch.no_grad(), float_layers_in_float64(wide):
             for i, node in enumerate(self.nodes):
                 self.running = node
-                node.forward()
+                for _ in together.each_sample(node) if together else [None]:
+                    node.forward()
+                    if check_shapes and together:
+                        self._check_tops(node, bounded)
                 if after_node is not None:
-                    after_node(node)
-                if check_shapes:
-                    for t in node.outputs:
-                        check_shape(node, t, self._batch_factor, t.name in bounded)
+                    with together.whole_batch(node) if together else contextlib.nullcontext():
+                        after_node(node)
+                if check_shapes and not together:
+                    self._check_tops(node, bounded)
                 if not keep_tensors:
                     for t in node.inputs:
                         if self._last_use.get(t.name) == i and t.name not in outputs:
                             t.betensor = torch.zeros(())
-        return [t.betensor for t in self.output_tensors]
+                            if together:
+                                together.release(t.name)
+        return together.outputs(self.output_tensors) if together else [t.betensor for t in self.output_tensors]
+
+    def _check_tops(self, node: PyNode, bounded: Set[str]) -> None:
+        for t in node.outputs:
+            check_shape(node, t, self._batch_factor, t.name in bounded)
 
     def check_supported(self) -> None:
         """Every layer type has a forward; otherwise one error listing every missing type

@@ -185,8 +185,7 @@ class OptMaster:
     def gather_statistics(self, meta: dict):
         cfg = self.cfg
         dataset = make_dataset(cfg.dataset, cfg.calibration_data, field="calibration_data")
-        shard = self.feed.shard(dataset, cfg.calibration_batch_size, "calibration_data",
-                                shuffle=cfg.calibration_shuffe, per_sample=not self.graph.keeps_samples_apart())
+        shard = self.feed.shard(dataset, cfg.calibration_batch_size, "calibration_data", shuffle=cfg.calibration_shuffe)
         stats = LayerCalibrator(self.graph, cfg, self.ranks).run(shard)
         OPT_INFO(f"calibration: {len(dataset)} samples, statistics of {len(stats)} tensors")
         meta = {"model": self.model_name, "samples": len(dataset), **meta}

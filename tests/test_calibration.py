@@ -4,7 +4,9 @@ import math
 import pytest
 import torch
 
+from conftest import REPO
 from npuopt.errors import ConfigError
+from npuopt.quant.calibration import Calibrator, measured_of
 from npuopt.quant.statistics import Statistics, histogram, load_statistics, save_statistics
 from npuopt.quant.strategies import calibrate_range, check_strategy, laplace_alpha
 
@@ -150,3 +152,66 @@ def test_statistic_file_round_trip(tmp_path):
     path.write_text("garbage")
     with pytest.raises(ConfigError, match="statistic_file"):
         load_statistics(str(path))
+
+
+# ---- the batch is the unit, however the graph runs it ------------------------------------
+def gru_graph():
+    """The parser's bidirectional GRU (op_tests/parser_gru_bi): its IR fixes batch 1, so a
+    batch runs one sample at a time; its GRU layers keep their gates as placeholders."""
+    import npuopt.ops  # noqa: F401
+    from npuopt.ir import read_graph
+    txt = REPO / "op_tests" / "parser_gru_bi" / "parser_gru_bi.txt"
+    graph = read_graph(str(txt), str(txt.with_suffix(".bin")))
+    assert not graph.keeps_samples_apart()
+    return graph
+
+
+def seen_by(store: dict):
+    """An after_node that keeps, per layer and call, the values of its tops and placeholders."""
+    def after(node):
+        store.setdefault(node.name, []).append([t.betensor.clone() for t in measured_of(node)])
+    return after
+
+
+def test_a_batch_run_one_sample_at_a_time_shows_after_node_the_whole_batch():
+    """With whole_batch the samples go through the layers together: after each layer, its
+    tops and placeholders hold every sample's values, concatenated in order, and the
+    outputs are those of the samples run one by one."""
+    graph = gru_graph()
+    x = torch.randn(3, 50, 10, generator=torch.Generator().manual_seed(1))
+    together, alone = {}, {}
+    got = graph.forward([x], after_node=seen_by(together), whole_batch=True)
+    want = graph.forward([x], after_node=seen_by(alone))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert together.keys() == alone.keys() and any(n.placeholders for n in graph.nodes)
+    for name, calls in alone.items():
+        assert len(calls) == 3 and len(together[name]) == 1
+        assert len(together[name][0]) == len(calls[0])
+        for batch_value, *sample_values in zip(together[name][0], *calls):
+            assert torch.equal(batch_value, torch.cat(sample_values))
+
+
+def test_calibration_takes_a_batch_run_one_sample_at_a_time_as_one():
+    """Calibration's unit of statistics is the batch, as the tool chain's: each batch adds
+    the extrema of all its samples to the running means (not each sample its own), one
+    histogram of them all, as a graph that runs the batch as one gives."""
+    graph = gru_graph()
+    data = torch.randn(8, 50, 10, generator=torch.Generator().manual_seed(2))
+    batches = [[data[:5]], [data[5:]]]
+    stats = Calibrator(graph, 256, 0.9).run(batches)
+    alone = {}
+    for i in range(len(data)):
+        graph.forward([data[i:i + 1]], after_node=seen_by(alone))
+    want = {name: Statistics(256, 0.9) for name in stats}
+    for samples in (range(5), range(5, 8)):
+        for node in graph.nodes:
+            for t, *values in zip(measured_of(node), *(alone[node.name][i] for i in samples)):
+                if t.name in want and values[0].is_floating_point():
+                    want[t.name].update(torch.cat(values))
+    assert stats.keys() == want.keys()
+    for name, s in stats.items():
+        for key, value in s.state_dict().items():
+            other = want[name].state_dict()[key]
+            assert (torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other), (name, key)
+    inputs = stats[graph.input_tensors[0].name]
+    assert inputs.running_max == pytest.approx(0.9 * float(data[:5].max()) + 0.1 * float(data[5:].max()))

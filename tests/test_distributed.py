@@ -64,8 +64,9 @@ def test_two_ranks_write_what_one_process_writes(tmp_path, fields):
 @pytest.mark.skipif(not (SHARED_DATA / "parser_irs" / "transformer_encoder").is_dir(),
                     reason="needs ../shared/data/parser_irs")
 def test_two_ranks_on_a_graph_that_runs_samples_one_by_one(tmp_path):
-    """The parser's transformer IR fixes batch 1: calibration units are single samples,
-    so a rank's share is not whole batches."""
+    """The parser's transformer IR fixes batch 1, so it runs a batch one sample at a time;
+    calibration's units are still the batches (7 samples in batches of 3: rank 1 has no
+    batch in the last step), and a batch's statistics are the whole batch's."""
     folder = SHARED_DATA / "parser_irs" / "transformer_encoder"
     data = tmp_path / "x.npy"
     np.save(data, np.random.default_rng(0).standard_normal((7, 16, 128)).astype(np.float32))

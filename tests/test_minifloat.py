@@ -340,16 +340,19 @@ def test_gptq_rounds_onto_a_minifloat_grid_with_less_error_than_nearest(name):
     assert error(q) < 0.6 * error(grid.to_grid(w * scale))
 
 
+# the figures since calibration takes each batch of 16 as one (this IR runs a batch one sample at
+# a time; before, each sample entered the running means alone): e4m3 0.999065 -> 0.999056, fp4
+# weights with fp8 activations 0.99791 -> 0.99785, w16a16 0.99981 -> 0.99994, 8-bit 0.99929 -> 0.99928
 @pytest.mark.shared
 @pytest.mark.parametrize("fields, floor", [
-    (dict(quant_type="wfp8afp8"), 0.999),    # issue 24's floor: 0.999065 with the default GPTQ (nearest: 0.999004;
-    # 0.99899 before the attention's scalings were merged into its MatMul; 8-bit: 0.99929)
+    (dict(quant_type="wfp8afp8"), 0.999),    # issue 24's floor: 0.999056 with the default GPTQ (nearest: 0.999004;
+    # 0.99899 before the attention's scalings were merged into its MatMul; 8-bit: 0.99928)
     (dict(quant_type="wfp8e5m2afp8e5m2"), 0.998),               # 0.99838 with the default GPTQ (nearest: 0.99806)
     (dict(quant_type="wfp4", quantize_method_for_weight="per_block_symmetric_restricted_range",
           weight_block_size=32), 0.998),                        # 0.99881 with the default GPTQ (nearest: 0.99735)
     (dict(quant_type="wfp4afp8e4m3", quantize_method_for_weight="per_channel_symmetric_restricted_range"),
-     0.997),                                                    # 0.99791
-    (dict(quant_type="w16a16"), 0.999),     # 0.99981 (LayerNorm inputs widened; 0.99679 not, at GPTQ damping 0.01)
+     0.997),                                                    # 0.99785
+    (dict(quant_type="w16a16"), 0.999),     # 0.99994 (LayerNorm inputs widened; 0.99679 not, at GPTQ damping 0.01)
 ], ids=["e4m3", "e5m2", "fp4_weight_only", "fp4_weights_fp8_activations", "w16a16"])
 def test_transformer_encoder_formats(tmp_path, fields, floor):
     """The parser's transformer_encoder under the fp8/fp4 quant_types and w16a16: output

@@ -6,7 +6,10 @@ written by the tool chain's parser (tools/parser_cases/rnn.py). Each is quantize
 `npuopt --cfg` with the defaults (and with 16-bit activations) on 32 random sequences
 (N(0, 1)); over 100 other random sequences the output's cosine to the float model's,
 the mean over the sequences, is at least 0.99 (0.9999 with 16-bit activations), and OPT's reader
-(OptForward) computes npuopt's integers within 1 LSB on every output element. At 16
+(OptForward) computes npuopt's integers within 1 LSB on every output element. The GRU's
+IR fixes batch 1 and runs a batch one sequence at a time; its statistics are still those
+of each calibration batch of 8, as OPT's (under `mean`, with each sequence's own extrema
+averaged, its input and Concat clipped at 16 bits: 0.99987). At 16
 bits OPT's GRU forward holds integers in float32 (test_conformance.OPT_GRU_FLOAT32): there
 the check is that OPT's own forward with those float32 steps in float64 gives npuopt's
 integers exactly.
@@ -27,11 +30,6 @@ MODELS = ["parser_lstm", "parser_gru_bi"]
 # setting -> (npuopt --set arguments, the floor of the mean cosine)
 SETTINGS = {"defaults": ([], 0.99), "act16": (["activation_bits=16"], 0.9999),
             "act16_extrema": (["activation_bits=16", "calibration_strategy_for_activation=extrema"], 0.9999)}
-# the bidirectional GRU at 16 bits under the default strategy (mean): its graph input and its
-# Concat take ranges that sequences past the calibration's mean maximum exceed (the IR runs
-# samples one at a time, so the mean is over single sequences); the clipped inputs, not the
-# recurrent layers, cost the last digits (act16_extrema: 0.99999)
-CLIPPED = ("parser_gru_bi", "act16")
 CALIBRATION, SEQUENCES = 32, 100
 OPT_SEQUENCES = {"parser_lstm": SEQUENCES, "parser_gru_bi": 10}  # the GRU's OPT runs one sample per job
 # OPT's GRU forward with its float32 steps in float64 (the text of its module, edited as it loads)
@@ -91,10 +89,7 @@ def forward(txt: Path, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, setting", [
-    pytest.param(m, s, id=f"{m}-{s}", marks=[pytest.mark.xfail(strict=True, reason="the default strategy's "
-                                                               "ranges of its input and Concat clip")]
-                 if (m, s) == CLIPPED else []) for m in MODELS for s in SETTINGS])
+@pytest.mark.parametrize("model, setting", [pytest.param(m, s, id=f"{m}-{s}") for m in MODELS for s in SETTINGS])
 def test_quantized_recurrent_models(model, setting, sequences, tmp_path, oracle, record_property):
     start = time.time()
     txt = quantize(model, setting, sequences, tmp_path)

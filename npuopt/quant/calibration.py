@@ -28,12 +28,15 @@ def measured(graph) -> List[PyTensor]:
 
 
 class Calibrator:
-    """Statistics of every tensor over the calibration units (batches, or samples of a
-    graph that runs samples one by one), folded in unit order. In a job of several
-    ranks each runs its units, the ranks at a time running units r, r+1, ... together
-    (a step); after each layer they exchange the extrema of its outputs, which fix the
-    histogram range every unit is counted in, and after the step every rank folds the
-    step's contributions in unit order: the statistics equal one process's."""
+    """Statistics of every tensor over the calibration batches, folded in batch order. A
+    batch's statistics are those of its whole tensors (extrema over its samples, one
+    histogram), also where the graph runs its samples one at a time (PyGraph.forward's
+    `whole_batch`): the running means of extrema are over batches of
+    calibration_batch_size samples, as the Compass Optimizer's. In a job of several ranks
+    each runs its batches, the ranks at a time running batches r, r+1, ... together (a
+    step); after each layer they exchange the extrema of its outputs, which fix the
+    histogram range every batch is counted in, and after the step every rank folds the
+    step's contributions in batch order: the statistics equal one process's."""
 
     def __init__(self, graph, bins: int, momentum: float, ranks: Ranks = None):
         self.graph = graph
@@ -91,7 +94,7 @@ class Calibrator:
             self._parts = {}
             if start + self.ranks.rank < len(shard):
                 _, batch = next(mine)
-                mine.ran(self.graph.forward(shard.graph_inputs(batch), after_node=self.observe))
+                mine.ran(self.graph.forward(shard.graph_inputs(batch), after_node=self.observe, whole_batch=True))
             else:
                 self._absent()
             for parts in self.ranks.in_order(min(self.ranks.world, len(shard) - start), lambda _: self._parts):
