@@ -13,6 +13,9 @@ import torch
 
 from conftest import SHARED_DATA
 from npuopt.ir import read_graph
+from npuopt.ops import load_builtin_ops
+
+load_builtin_ops()  # this file reads and runs IRs before any other module registers the ops
 
 PARSER_IRS = SHARED_DATA / "parser_irs"
 FOLDERS = sorted(p.name for p in PARSER_IRS.iterdir() if p.is_dir()) if PARSER_IRS.is_dir() else []
