@@ -28,8 +28,10 @@ Formats (all FullyConnected layers quantized, the tied head included; the embedd
 the norms stay float where activations are float):
   w4b128 / w4b64: 4-bit asymmetric weights per block of 128 / 64, float16 activations
   w8ch: 8-bit symmetric weights per channel, float16 activations
-  w8a8sq: 8-bit per-channel weights and 8-bit activations everywhere (an integer graph),
-          SmoothQuant (alpha 0.5) before calibration
+  w8a8sq: 8-bit per-channel weights and 8-bit activations, SmoothQuant (alpha 0.5) before
+          calibration; the residual adds and the RMSNorms kept in float (trigger_float_op =
+          Eltwise,RMSNorm): SmolLM2's residual stream carries massive activations (about
+          24,000 in a few channels), which no 8-bit grid of the whole tensor holds
 Methods: `rtn` (global_calibration = none: the floor), `gptq` (gptq_zy), `awq` (awq_zy
 then gptq_zy), `auto` (npuopt's default); --methods picks them.
 
@@ -39,7 +41,8 @@ and formats, by bench/peer_llm.py in its own environment (llmcompressor needs to
     python3.11 -m venv VENV && VENV/bin/pip install torch==2.13.0 &&
     VENV/bin/pip install llmcompressor==0.14.0.1 gguf==0.19.0 numpy
 The peer quantizes only the Linear layers' inputs in w8a8 (the rest of its model stays
-float); npuopt's w8a8sq is an integer graph throughout, as the NPU runs it.
+float); npuopt's w8a8sq computes the rest in integers too (attention, SiLU, rotary
+embeddings), but the residual adds and the norms.
 """
 import json
 import math
@@ -66,8 +69,8 @@ FORMATS = {  # name: (cfg lines, the peer's scheme suffix, the target's bound on
                "weight_block_size = 64"], "w4g64", None),
     "w8ch": (["quant_type = w8afp16", "quantize_method_for_weight = per_channel_symmetric_restricted_range"],
              "w8ch", 0.005),
-    "w8a8sq": (["quant_type = w8a8", "quantize_method_for_weight = per_channel_symmetric_restricted_range"],
-               "w8a8", 0.03),
+    "w8a8sq": (["quant_type = w8a8", "quantize_method_for_weight = per_channel_symmetric_restricted_range",
+                "trigger_float_op = Eltwise,RMSNorm"], "w8a8", 0.03),
 }
 METHODS = {"rtn": "none", "gptq": "gptq_zy", "awq": "awq_zy & gptq_zy", "auto": "auto"}
 SMOOTH = "smooth_quant_zy[0.5]"
