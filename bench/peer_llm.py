@@ -34,7 +34,7 @@ the forward of every quantized Linear while perplexity is measured.
 
 Each scheme runs in a fresh child process of this script, so each record's peak_rss_mb
 (ru_maxrss) is that scheme's alone; `seconds` is the oneshot call only. Perplexity is
-exp(sum of next-token NLL over the windows / (windows * 255)); `window_nll` has each
+exp(sum of next-token NLL over the windows / (windows * (tokens - 1))); `window_nll` has each
 window's sum, so any subset can be recomputed.
 """
 import argparse
@@ -49,7 +49,6 @@ from importlib.metadata import version
 
 import numpy as np
 
-WINDOW = 256
 GROUPS = {"w4g128": 128, "w4g64": 64}
 SCHEMES = ["float", "rtn_w4g128", "rtn_w4g64", "rtn_w8ch", "gptq_w4g128", "gptq_w4g64",
            "gptq_w8ch", "sq_gptq_w8a8", "rtn_w8a8"]
@@ -108,7 +107,7 @@ def quantize(model, scheme: str, gguf: str, calibration: np.ndarray) -> float:
         model.config.update({"_name_or_path": folder})
         start = time.perf_counter()
         oneshot(model=model, processor=tokenizer, dataset=data, recipe=recipe(model, scheme),
-                num_calibration_samples=len(calibration), max_seq_length=WINDOW,
+                num_calibration_samples=len(calibration), max_seq_length=calibration.shape[1],
                 shuffle_calibration_samples=False)
         return time.perf_counter() - start
 
@@ -159,7 +158,7 @@ def run_scheme(args) -> dict:
     del embedding
     scheme = getattr(model.get_output_embeddings(), "quantization_scheme", None)
     nll = window_nll(model, windows["evaluation"])
-    return {"scheme": args.scheme, "perplexity": math.exp(sum(nll) / (len(nll) * (WINDOW - 1))),
+    return {"scheme": args.scheme, "perplexity": math.exp(sum(nll) / (len(nll) * (windows["evaluation"].shape[1] - 1))),
             "seconds": round(seconds, 2), "windows": len(nll), "calibration": args.calibration,
             "threads": torch.get_num_threads(), "versions": {tool: version(tool) for tool in TOOLS},
             "lm_head_scheme": scheme and scheme.model_dump(mode="json", exclude_none=True), "window_nll": nll}
@@ -186,7 +185,7 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gguf", required=True, help="SmolLM2-135M-Instruct GGUF file")
-    p.add_argument("--windows", required=True, help=".npz with int64 'calibration' and 'evaluation' [n, 256]")
+    p.add_argument("--windows", required=True, help=".npz with int64 'calibration' and 'evaluation' windows [n, tokens]")
     p.add_argument("--calibration", type=int, default=16, help="calibration windows used (the first N)")
     p.add_argument("--scheme", required=True, help="comma-separated: " + ", ".join(SCHEMES))
     p.add_argument("--out", required=True, help="JSON list of records, one per scheme")
@@ -201,8 +200,8 @@ def parse(argv=None):
     with np.load(args.windows) as w:
         if not {"calibration", "evaluation"} <= set(w.files):
             raise SystemExit(f"peer_llm: '{args.windows}' lacks the 'calibration' or 'evaluation' array")
-        if w["evaluation"].ndim != 2 or w["evaluation"].shape[1] != WINDOW:
-            raise SystemExit(f"peer_llm: '{args.windows}': windows must be [n, {WINDOW}]")
+        if w["evaluation"].ndim != 2 or w["calibration"].ndim != 2 or w["evaluation"].shape[1] < 2:
+            raise SystemExit(f"peer_llm: '{args.windows}': windows must be [n, tokens] (2 tokens or more)")
         if not 0 < args.calibration <= len(w["calibration"]):
             raise SystemExit(f"peer_llm: --calibration {args.calibration}: the file has "
                              f"{len(w['calibration'])} calibration windows")
