@@ -6,7 +6,6 @@ settings (cfg + opt_config), layers kept in float behind Quantize/DeQuantize lay
 forward of the quantized graph; 9 write <out_ir_name>_o.txt/.bin and _opt_template.json; 10
 metrics of the float and the quantized graph, per-layer similarity, report. Without `calibration_data`
 (nor a statistic_file) only the float steps run, but on a pre-quantized model's IR (its grids)."""
-import collections
 import copy
 import json
 import os
@@ -30,7 +29,7 @@ from .plugins import load_plugins
 from .quant import global_calibration as gc
 from .quant.calibration import LayerCalibrator, attach_statistics
 from .quant.norm_inputs import widen_norm_inputs
-from .quant.plan_report import quantization_rows
+from .quant.plan_report import layers_briefly, quantization_rows
 from .quant.plan import QuantPlan
 from .quant.settings import write_template
 from .quant.statistics import load_statistics_file, save_statistics
@@ -248,14 +247,6 @@ class OptMaster:
         fine_tune(self)
 
     # ---- steps 6-9 ---------------------------------------------------------------
-    def _named_briefly(self, names) -> str:
-        """Layers by name where they are few, else how many of each type (a decoder keeps
-        thousands in float)."""
-        if len(names) <= 40:
-            return str(sorted(names)) if names else "none"
-        types = collections.Counter(str(n.type) for n in self.qgraph.nodes if n.name in names)
-        return f"{len(names)} layers ({', '.join(f'{t} x{k}' for t, k in sorted(types.items()))})"
-
     def quantize(self) -> None:
         """The quantized graph, checked by a zero-input forward, and its files."""
         self.qgraph = self.plan.build()
@@ -263,7 +254,7 @@ class OptMaster:
         self.qgraph.to(self.device)
         self.qgraph.zero_forward(device=self.device)
         OPT_INFO(f"quantized {sum(n.quantized for n in self.qgraph.nodes)} layers; kept in float: "
-                 f"{self._named_briefly(keep)}; zero-input forward of the quantized graph passed")
+                 f"{layers_briefly(self.qgraph, keep)}; zero-input forward of the quantized graph passed")
         files, stage = self.output_files, self.outputs.stage
         txt, template, weights = (files[k] for k in ("quantized IR", "opt_config template", "quantized IR weights"))
         if self.ranks.main:

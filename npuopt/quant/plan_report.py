@@ -3,6 +3,7 @@ grids (dtype, scale, zero point and the real range they cover) and its weights'
 grid, with what a global calibration method planned for them (a chosen range of
 the weights or of an output, a chosen rounding), so that a user sees the plan
 beside the per-layer similarity."""
+import collections
 from typing import List
 
 import torch
@@ -48,3 +49,12 @@ def quantization_rows(qgraph, float_graph) -> List[dict]:
             row["planned"] = planned[node.name]
         rows.append(row)
     return rows
+
+
+def layers_briefly(qgraph, names) -> str:
+    """Layers by name where they are few, else how many of each type (a decoder keeps
+    thousands in float)."""
+    if len(names) <= 40:
+        return str(sorted(names)) if names else "none"
+    types = collections.Counter(str(n.type) for n in qgraph.nodes if n.name in names)
+    return f"{len(names)} layers ({', '.join(f'{t} x{k}' for t, k in sorted(types.items()))})"
