@@ -169,15 +169,14 @@ def quantize(work: Path, ir: Path, name: str, fmt: str, method: str):
     return str(work / name / f"{name}_o.txt"), seconds, peak_mb
 
 
-def run_peer(python: str, gguf: str, work: Path, fmt: str, methods):
+def run_peer(python: str, gguf: str, work: Path, fmt: str, methods, calibration: int):
     """{method: (perplexity, seconds, peak MB)} of the peer on one format."""
     suffix = FORMATS[fmt][1]
     schemes = [f"{'sq_' if fmt == 'w8a8sq' and m == 'gptq' else ''}{PEER_SCHEMES[m]}_{suffix}"
                for m in methods if m in PEER_SCHEMES]
     out = work / f"peer_{fmt}.json"
     done = subprocess.run([python, str(REPO / "bench" / "peer_llm.py"), "--gguf", gguf, "--windows",
-                           str(work / "windows.npz"), "--calibration", str(len(np.load(work / "windows.npz")
-                                                                                ["calibration"])),
+                           str(work / "windows.npz"), "--calibration", str(calibration),
                            "--scheme", ",".join(schemes), "--out", str(out)], capture_output=True, text=True)
     if done.returncode != 0:
         fail(f"the peer ({python}) failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
@@ -240,7 +239,7 @@ def main():
         rows = [("float", "", "npuopt", f"{base:.3f}", "", "", "", "")]
         verdicts = []
         for fmt in formats:
-            peer = run_peer(args.peer_python, gguf, work, fmt, methods) if args.peer_python else {}
+            peer = run_peer(args.peer_python, gguf, work, fmt, methods, len(calib)) if args.peer_python else {}
             results = {}
             for method in methods:
                 path, seconds, peak = quantize(work, ir, f"{fmt}_{method}", fmt, method)
