@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import record
-from bench_default_run import REPO, child, ir_of
+from model_runs import REPO, child, ir_of
 
 CFG = REPO / "model_tests" / "efficientnet_lite0" / "opt.cfg"
 RUN_ONLY = ("quantized_ir", "opt_template", "seconds")

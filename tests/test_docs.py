@@ -62,6 +62,8 @@ def test_every_benchmark_writes_its_table(script):
     text = record.BENCHMARKS.read_text(encoding="utf-8")
     assert f"<!-- bench:{script.stem}" in text and f"\n## {script.stem}\n" in text, \
         f"docs/benchmarks.md has no section '## {script.stem}' with its table's markers"
+    done = subprocess.run([sys.executable, str(script), "--help"], cwd=REPO / "bench", capture_output=True, text=True)
+    assert done.returncode == 0 and "--write" in done.stdout, f"{script.name} --help: {done.stderr[-500:]}"
 
 
 def test_write_puts_a_table_and_the_headlines_in_place(tmp_path):
