@@ -172,7 +172,8 @@ def test_patches_reproduce_the_layer(model):
 
 @pytest.mark.parametrize("method, said", [
     ("adaround[0,0]", "adaround's epochs must be an integer >= 1, got 0"),
-    ("gptq_zy[1,1,0.01,128,5]", "gptq_zy takes at most 4 params"),
+    ("gptq_zy[1,1,0.01,128,1,5]", "gptq_zy takes at most 5 params"),
+    ("gptq_zy[1,1,0.01,128,0.5]", "gptq_zy.s choose_range must be an integer >= 0, got 0.5"),
     ("adaquant_zy[1.5]", "adaquant_zy's batches must be an integer >= 0, got 1.5"),
     ("easy_quant[1,1,2,0.5]", r"easy_quant's beta \(0.5\) must be at least its alpha \(2\)"),
     ("easy_quant[1,1,0.5,2,0]", "easy_quant's nsteps must be an integer >= 1, got 0"),

@@ -193,3 +193,43 @@ def test_a_statistic_file_of_another_graph_edit_stops_with_one_line(tmp_path):
     with pytest.raises(ConfigError, match="as global_calibration 'smooth_quant_zy' edited it, and this run's graph "
                                           "is as no method edits it"):
         run(tmp_path, "none", statistic_file=smoothed)
+
+
+def gated_mlp(path):
+    """x [1, 16, 32] -> RMSNorm -> gate, up (FullyConnected, 48; up's rows 5 and 30 scaled by
+    40: the product's outlier channels) -> up * silu(gate) -> down (FullyConnected, 32):
+    a decoder's SiLU-gated MLP."""
+    gen = torch.Generator().manual_seed(1)
+    up = torch.randn(HIDDEN, CHANNELS, generator=gen) * 0.2
+    up[[5, 30]] *= 40
+    b = GraphBuilder("mlp")
+    b.input("x", [1, TOKENS, CHANNELS])
+    b.layer("RMSNorm", "norm", ["x"], dict(axis=[2], epsilon=1e-5), {"weights": torch.rand(CHANNELS, generator=gen) + 0.5})
+    for name, w in (("gate", torch.randn(HIDDEN, CHANNELS, generator=gen) * 0.2), ("up", up)):
+        b.layer("FullyConnected", name, ["norm"], dict(num_output=HIDDEN), {"weights": w, "biases": torch.zeros(HIDDEN)})
+    b.layer("Activation", "silu", ["gate"], dict(method="SILU"))
+    b.layer("Eltwise", "product", ["up", "silu"], dict(method="MUL", with_activation="NONE"))
+    b.layer("FullyConnected", "down", ["product"], dict(num_output=CHANNELS),
+            {"weights": torch.randn(CHANNELS, HIDDEN, generator=gen) * 0.2, "biases": torch.zeros(CHANNELS)})
+    write_graph(b.build(["down"]), str(path / "block.txt"))
+    np.save(path / "data.npy", torch.randn(32, TOKENS, CHANNELS, generator=gen).numpy())
+
+
+def test_smoothing_through_the_gate_of_a_silu_gated_mlp(tmp_path, caplog):
+    """smooth_quant_zy divides the up projection's outlier rows and multiplies the down
+    projection's columns (x * silu(g) is linear in x): the float function stays, the
+    product's range falls and so does the quantized output's error (measured: 0.248
+    against 0.700 unsmoothed, and 0.685 with the norm alone smoothed, as before)."""
+    gated_mlp(tmp_path)
+    nearest, _ = output_error(run(tmp_path, "none"), tmp_path)
+    with caplog.at_level("INFO", logger="npuopt"):
+        master = run(tmp_path, "smooth_quant_zy")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("smooth_quant_zy:")]
+    assert said and said[-1].startswith("smooth_quant_zy: 2 layers smoothed into 3 FullyConnected"), said
+    read = read_graph(str(tmp_path / "block.txt"))
+    up, kept = master.graph.node("up").get_constant("weights").betensor, read.node("up").get_constant("weights").betensor
+    assert float(up[[5, 30]].abs().max()) < 0.5 * float(kept[[5, 30]].abs().max()), "the outlier rows were not divided"
+    x = torch.from_numpy(np.load(tmp_path / "data.npy"))
+    error, want = output_error(master, tmp_path)
+    assert torch.allclose(master.graph.forward([x])[0], want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    assert error < 0.5 * nearest, (error, nearest)

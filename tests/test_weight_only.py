@@ -271,6 +271,31 @@ def test_gptq_on_a_per_block_grid_beats_nearest_rounding():
     assert problem.error(dequant) < 0.8 * problem.error((nearest + zp) / scale)
 
 
+@pytest.mark.parametrize("low_rank", [False, True])
+def test_block_errors_are_each_block_s_change_of_the_output_error(low_rank):
+    """Problem.block_errors (gptq_zy's choose_range on per-block weights): block b's figure
+    is exactly how much the output error rises when block b alone takes the new weights
+    (a last block shorter than the others included)."""
+    from npuopt.quant.global_calibration._layers import Problem
+    gen = torch.Generator().manual_seed(3)
+    rows, k, block, patches = 5, 40, 16, 12 if low_rank else 200
+    x = torch.randn(1, patches, k, generator=gen)
+    v = x.transpose(1, 2) / patches ** 0.5
+    h = v @ v.transpose(1, 2)
+    w = torch.randn(1, rows, k, generator=gen)
+    c = w @ h + 0.1 * torch.randn(1, rows, k, generator=gen)      # the float output is not W x_q's
+    problem = Problem(None, w, None if low_rank else h, v if low_rank else None, c, torch.full((1, 1, 1), 0.05),
+                      1.0, 0.0, None, None, None)
+    new = w + 0.2 * torch.randn(1, rows, k, generator=gen)
+    got = problem.block_errors(new, block, problem.gradient(w))
+    assert got.shape == (1, rows, 3)
+    for b, j1 in enumerate(range(0, k, block)):
+        one = w.clone()
+        one[..., j1:j1 + block] = new[..., j1:j1 + block]
+        want = problem.row_errors(one) - problem.row_errors(w)
+        assert torch.allclose(got[..., b], want, rtol=1e-4, atol=1e-4), (b, got[..., b], want)
+
+
 @pytest.mark.parametrize("quant_type, want", [
     ("w4afp16", dict(weight_bits=4, trigger_float_op="float16_act_int_wht")),
     ("w8abfp16", dict(weight_bits=8, trigger_float_op="bfloat16_act_int_wht")),

@@ -186,26 +186,30 @@ class Problem:
         """Values in steps of the grid rounded to its nearest (integers, or a minifloat format's values)."""
         return self.grid.to_grid(v)
 
-    def choose_range(self) -> None:
+    def choose_range(self, per_block: bool = False) -> None:
         """Shrink the grid's calibrated range by the share of CLIP_RATIOS whose nearest
         rounding gives the least output error: per channel for per-channel weights, per
         group where per-tensor settings give each group its grid, else for the whole
-        tensor; planned (tensors.plan_weight_range) and used by this problem's grid."""
+        tensor; per-block weights take one share per channel for all its blocks, or with
+        `per_block` one per block (block_errors); planned (tensors.plan_weight_range) and
+        used by this problem's grid."""
         node, groups = self.node, _grid_groups(self.node)
         lo, hi = QT.weight_range(node, "weights", 0, groups)
+        block = self.grid.block if per_block and not _rows_serve_every_group(node) else None
+        gradient = self.gradient(self.weights) if block else None
         errors = []
         for r in CLIP_RATIOS.tolist():
             grid = QT.weight_grid(node, "weights", 0, groups, (lo * r, hi * r))
             scale, zp = _grouped(node, grid, grid.scale, self.weights), _grouped(node, grid, grid.zp, self.weights)
             w = (self.to_grid(self.weights * scale - zp) + zp) / scale
-            errors.append(self.row_errors(w))
-        errors = torch.stack(errors, dim=-1)            # [groups, rows, ratios]
+            errors.append(self.block_errors(w, block, gradient) if block else self.row_errors(w))
+        errors = torch.stack(errors, dim=-1)            # [groups, rows, (blocks,) ratios]
         if _rows_serve_every_group(node):               # a row's range serves each group's matrix
             errors = errors.sum(dim=0, keepdim=True)
         method = settings_of(node).quantize_method_for_weight
         if not isinstance(lo, torch.Tensor):
             best = CLIP_RATIOS[int(errors.sum(dim=(0, 1)).argmin())]
-        elif method.per_channel or method.per_block:  # per block: each channel's share for all its blocks
+        elif method.per_channel or method.per_block:  # per channel (or block), channel-major as lo
             best = CLIP_RATIOS[errors.argmin(dim=-1).reshape(-1).cpu()]
             best = best.repeat_interleave(lo.numel() // best.numel())
         else:
@@ -213,6 +217,25 @@ class Problem:
         QT.plan_weight_range(node, "weights", lo * best, hi * best)
         self.grid = QT.weight_grid(node, "weights", 0, groups)
         self.scale, self.zp = (_grouped(node, self.grid, v, self.weights) for v in (self.grid.scale, self.grid.zp))
+
+    def block_errors(self, w: torch.Tensor, block: int, gradient: torch.Tensor) -> torch.Tensor:
+        """How much weights w raise the output error over the float weights, block by block
+        along K [groups, rows, blocks], each block as if the others kept their float
+        weights: with d = w - W, d_b H_bb d_b^T + d_b . gradient_b (gradient at W) + damp
+        ||d_b||^2; the blocks' cross terms d_b H_bc d_c are left out, so that each block's
+        range is chosen on its own."""
+        d = w - self.weights
+        k = d.shape[-1]
+        quad = []
+        for j1 in range(0, k, block):
+            part = d[..., j1:j1 + block]
+            if self.low_rank is not None:
+                quad.append((part @ self.low_rank[:, j1:j1 + block]).pow(2).sum(-1))
+            else:
+                quad.append(((part @ self.H[:, j1:j1 + block, j1:j1 + block]) * part).sum(-1))
+        linear = d * gradient + self.damp * d * d
+        sums = torch.nn.functional.pad(linear, (0, -k % block)).reshape(*d.shape[:-1], -1, block).sum(-1)
+        return torch.stack(quad, dim=-1) + sums
 
     def row_errors(self, w: torch.Tensor) -> torch.Tensor:
         """The output error of weights w per row [groups, rows] (+ a constant per row)."""
@@ -363,9 +386,10 @@ class LayerData:
 
 
     def problems(self, desc: str, free_bias, damp: float, choose_range: bool,
-                 minifloat: bool = False) -> Iterator[Problem]:
+                 minifloat: bool = False, per_block_ranges: bool = False) -> Iterator[Problem]:
         """Each layer's Problem (with the best biases where `free_bias`, a bool or a test of
-        the layer; its grid's range chosen first with `choose_range`: Problem.choose_range;
+        the layer; its grid's range chosen first with `choose_range`: Problem.choose_range,
+        each block's on its own with `per_block_ranges`;
         minifloat weights too with `minifloat`); when the caller resumes, the range, rounding
         and biases it planned are put into the plan's quantized graph (`replan`) before the
         layers after it run."""
@@ -386,7 +410,7 @@ class LayerData:
                                                                      else free_bias), damp, units)
                 streams[0].until(view.reader.name, through=True)  # the float layer runs before a plan edits it
                 if choose_range:
-                    problem.choose_range()
+                    problem.choose_range(per_block_ranges)
                 yield problem
                 del problem  # its K x K matrix, before the next layer's is made (callers let go of theirs too)
                 view.adopt(layer)

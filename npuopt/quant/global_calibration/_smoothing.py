@@ -34,11 +34,11 @@ def check_params(method: str, p: dict, share: str) -> None:
         raise ConfigError(f"field 'global_calibration': {method}'s {share} must lie in [0, 1], got {p[share]:g}")
 
 
-def pairs(ctx, producers, insert_norm_if_none: bool) -> Tuple[Dict[str, List[object]], List[str]]:
-    """smoothable(ctx, producers), after, with insert_norm_if_none, an identity
+def pairs(ctx, producers, insert_norm_if_none: bool, gated=()) -> Tuple[Dict[str, List[object]], List[str]]:
+    """smoothable(ctx, producers, gated), after, with insert_norm_if_none, an identity
     BatchNorm put before each FullyConnected layer in scope that no producer smooths
     (OPT's insert_norm_if_none; also before those whose producer is left alone)."""
-    found, left = smoothable(ctx, producers)
+    found, left = smoothable(ctx, producers, gated)
     if not insert_norm_if_none:
         return found, left
     paired = {fc.name for fcs in found.values() for fc in fcs}
@@ -86,11 +86,14 @@ def insert_norm(fc, taken: set):
     return bn
 
 
-def smoothable(ctx, producers=NORMS) -> Tuple[Dict[str, List[object]], List[str]]:
+def smoothable(ctx, producers=NORMS, gated=()) -> Tuple[Dict[str, List[object]], List[str]]:
     """(producer name -> the FullyConnected layers that read its output, for the
     producers in scope whose output only such layers read (through last-axis-keeping
-    reshapes); the producers in scope that feed FullyConnected layers and something
-    else too)."""
+    reshapes, and through one gate: a Mul by another tensor, x_j / s_j * g_j = (x_j g_j) /
+    s_j, a SiLU-gated MLP's up projection); the producers in scope that feed
+    FullyConnected layers and something else too). Producers of the `gated` types count
+    only through a gate. The layers of one producer all read its output before the gate,
+    or all after it: their input's channel statistics are then one tensor's."""
     readers = {}
     for node in ctx.graph.nodes:
         for t in node.inputs:
@@ -98,26 +101,40 @@ def smoothable(ctx, producers=NORMS) -> Tuple[Dict[str, List[object]], List[str]
     outputs = {t.name for t in ctx.graph.output_tensors}
     found, left = {}, []
     for producer in ctx.graph.nodes:
-        if producer.type not in producers or "weights" not in producer.constants or not ctx.in_scope(producer):
+        if producer.type not in producers + gated or "weights" not in producer.constants \
+                or not ctx.in_scope(producer):
             continue
         channels = producer.outputs[0].ir_shape[-1]
-        fcs, tensors, ok = [], [producer.outputs[0]], True
+        fcs, tensors, ok, sides = [], [(producer.outputs[0], False)], True, set()
         while tensors:
-            t = tensors.pop()
+            t, gate_passed = tensors.pop()
             ok = ok and t.name not in outputs and bool(readers.get(t.name))
             for reader in readers.get(t.name, []):
                 if reader.type == OpType.FullyConnected and reader.inputs[0] is t and ctx.in_scope(reader) \
                         and reader.get_constant("weights").betensor.shape[-1] == channels:
                     fcs.append(reader)
+                    sides.add(gate_passed)
                 elif _keeps_last_axis(reader, channels):
-                    tensors.append(reader.outputs[0])
+                    tensors.append((reader.outputs[0], gate_passed))
+                elif not gate_passed and _gate(reader, t, channels):
+                    tensors.append((reader.outputs[0], True))
                 else:
                     ok = False
+        ok = ok and len(sides) == 1 and (producer.type not in gated or producer.type in producers or sides == {True})
         if ok and fcs and _divisible(producer, channels):
             found[producer.name] = fcs
-        elif fcs:
+        elif fcs and producer.type in producers:
             left.append(producer.name)
     return found, left
+
+
+def _gate(node, t, channels: int) -> bool:
+    """Whether `node` multiplies tensor t (once) by another, channels kept on the last axis:
+    dividing t's channel j by s_j divides the product's by s_j."""
+    mul = node.type == OpType.Mul or (node.type == OpType.Eltwise and str(node.params.get("method", "")).upper() == "MUL"
+                                      and str(node.params.get("with_activation", "NONE")).upper() in HOMOGENEOUS)
+    return mul and len(node.inputs) == 2 and sum(x is t for x in node.inputs) == 1 \
+        and node.outputs[0].ir_shape[-1] == channels == t.ir_shape[-1]
 
 
 def _divisible(producer, channels: int) -> bool:
@@ -142,12 +159,13 @@ def _keeps_last_axis(node, channels: int) -> bool:
 
 
 class ChannelStatistics:
-    """Of each named producer's output over the calibration set, per channel j of its
-    last axis: max |X_j| and mean |X_j| (float64), and its first SAMPLE_ROWS rows
-    (float32 [rows, channels])."""
+    """Of the input of each producer's FullyConnected layers ({producer name: layers},
+    as smoothable finds them) over the calibration set, per channel j of its last axis:
+    max |X_j| and mean |X_j| (float64), and its first SAMPLE_ROWS rows (float32 [rows,
+    channels])."""
 
-    def __init__(self, ctx, names: List[str], desc: str):
-        nodes = {ctx.graph.node(n).outputs[0].name: n for n in names}
+    def __init__(self, ctx, found: Dict[str, List[object]], desc: str):
+        nodes = {fcs[0].inputs[0].name: name for name, fcs in found.items()}
         self.maxima, self.means, self.rows = {}, {}, {}
         sums, counts = {}, {}
 

@@ -66,7 +66,7 @@ def awq_zy(ctx, params) -> None:
     p = read_params("awq_zy", params, PARAMS)
     check_params("awq_zy", p, "max_shrink")
     found, left = pairs(ctx, PRODUCERS, p["insert_norm_if_none"])
-    stats = ChannelStatistics(ctx, list(found), "awq_zy: channel magnitudes") if found else None
+    stats = ChannelStatistics(ctx, found, "awq_zy: channel magnitudes") if found else None
     alphas = [r / p["n_grid"] for r in range(p["n_grid"] + 1)]
     chosen = []
     for name, fcs in ctx.progress(list(reversed(list(found.items()))), "awq_zy"):

@@ -26,6 +26,7 @@ PARAMS = [  # name, default, minimum, integer
     ("use_act_order", 1, 0, True),
     ("perc_damp", 0.01, 0, False),
     ("block_size", 128, 1, True),   # columns whose updates are applied together
+    ("choose_range", 0, 0, True),   # npuopt's: 1 shrinks each channel's (per block: each block's) range first
 ]
 SLAB = 256  # rows of H put in GPTQ's order at once
 STEP = 16   # columns of a block rounded one by one before their share goes to the rest of the block
@@ -185,7 +186,7 @@ def run_gptq(ctx, p: dict, free_bias) -> None:
     integers follow them (issue 13)."""
     data = LayerData(ctx, p["batches"])
     with one_thread():
-        for problem in data.problems("gptq_zy", free_bias=free_bias, damp=p["perc_damp"], choose_range=False,
-                                     minifloat=True):
+        for problem in data.problems("gptq_zy", free_bias=free_bias, damp=p["perc_damp"],
+                                     choose_range=bool(p["choose_range"]), minifloat=True, per_block_ranges=True):
             problem.plan_with_best_biases(round_columns(problem, bool(p["use_act_order"]), p["block_size"]))
             del problem  # its K x K matrix, before the next layer's is made

@@ -14,7 +14,11 @@ over the calibration data (on one thread, as every method's decisions).
 
 A norm is smoothed when everything that reads its output (through Reshape, and
 Transpose that keeps the last axis last) is a FullyConnected layer in scope: the
-pre-norm blocks of ViT-style models and LLMs. In a post-norm block the norm's output
+pre-norm blocks of ViT-style models and LLMs. So is, beyond OPT, an LLM's SiLU-gated
+MLP: the up projection's output only multiplies the gate's (x * silu(g)) before the
+down projection reads it, so the up projection's weight rows are divided by s and the
+down projection's columns multiplied (_smoothing.smoothable); that product's range is
+the widest of a decoder's FullyConnected inputs (SmolLM2-135M: about 3,000). In a post-norm block the norm's output
 also feeds the residual Add; OPT's smooth_quant_zy scales such a norm anyway, which
 changes the residual, and npuopt leaves it alone (the float function is kept).
 
@@ -31,6 +35,7 @@ import torch
 
 from ...errors import ConfigError
 from ...logger import OPT_INFO
+from ...registry import OpType
 from . import global_calibration
 from ._layers import read_params
 from ._smoothing import NORMS, ChannelStatistics, check_params, pairs, quantized_error, smooth, usable
@@ -61,8 +66,8 @@ def smooth_quant_zy(ctx, params) -> None:
     if p["auto_tune"] and not p["alpha_min"] <= p["alpha_max"] <= 1:
         raise ConfigError(f"field 'global_calibration': smooth_quant_zy's alpha_min and alpha_max must satisfy "
                           f"0 <= alpha_min <= alpha_max <= 1, got {p['alpha_min']:g} and {p['alpha_max']:g}")
-    found, left = pairs(ctx, NORMS, p["insert_norm_if_none"])
-    stats = ChannelStatistics(ctx, list(found), "smooth_quant_zy: channel ranges") if found else None
+    found, left = pairs(ctx, NORMS, p["insert_norm_if_none"], gated=(OpType.FullyConnected,))
+    stats = ChannelStatistics(ctx, found, "smooth_quant_zy: channel ranges") if found else None
     alphas = torch.linspace(p["alpha_min"], p["alpha_max"], p["nsteps"]).tolist() if p["auto_tune"] \
         else [p["default_alpha"]]
     chosen = []
@@ -74,5 +79,5 @@ def smooth_quant_zy(ctx, params) -> None:
         smooth(norm, fcs, candidates[best])
         chosen.append(f"{alphas[best]:.3g}")
     said = f"; {len(left)} left alone, their output read by other layers too (e.g. '{left[0]}')" if left else ""
-    OPT_INFO(f"smooth_quant_zy: {len(found)} norm layers smoothed into {sum(len(f) for f in found.values())} "
+    OPT_INFO(f"smooth_quant_zy: {len(found)} layers smoothed into {sum(len(f) for f in found.values())} "
              f"FullyConnected layers (alpha {', '.join(chosen) or p['default_alpha']}){said}")
