@@ -9,7 +9,6 @@ from .config import FIELDS, default_of
 from .dtype import Dtype, fit_float
 from .errors import GraphError, IRError
 from .quant.fields import positive_shifts
-from .quant.qmath import dequantize
 from .quant.settings import COMPASS_CFG_ATTRS, settings_of
 from .quant.statistics import Statistics
 from .registry import OP_FORWARDS, OP_QUANTIZERS, plugin_code
@@ -311,7 +310,7 @@ class PyNode:
             for key, c in self.constants.items():
                 if key == "weights" and c.is_quantized:
                     kept[key] = c.betensor, c.dtype
-                    c.betensor, c.dtype = dequantize(c.betensor, c.broadcast_scale, c.broadcast_zerop), Dtype.FP32
+                    c.betensor, c.dtype = c.dequantized(torch.float64 if wide else torch.float32), Dtype.FP32
                 elif c.betensor.dtype in (torch.float16, torch.bfloat16):
                     kept[key] = c.betensor, c.dtype
                     c.betensor = c.betensor.to(torch.float32)

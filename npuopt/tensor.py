@@ -7,7 +7,8 @@ import numpy as np
 import torch
 
 from .dtype import Dtype
-from .quant.formats import block_values
+from .quant.formats import block_values, by_channels
+from .quant.qmath import dequantize
 from .quant.statistics import Statistics
 from .quant.strategies import activation_range_of
 
@@ -163,6 +164,18 @@ class PyTensor:
         shape = [1] * len(self.ir_shape)
         shape[self.key_axis] = -1
         return v.reshape(shape)
+
+    def dequantized(self, dtype=torch.float32) -> torch.Tensor:
+        """A quantized tensor's real values (qmath.dequantize, in float32) as `dtype`; per
+        block a few channels at a time, so that no scale per element is made for the whole."""
+        def values(q, scale, zp):
+            return dequantize(q, scale, zp).to(dtype)
+        if self.block_size and self.key_axis is not None and isinstance(self.scale, torch.Tensor) \
+                and self.scale.numel() > int(self.ir_shape[0]):
+            device = self.betensor.device
+            zerop = self.zerop.to(device) if isinstance(self.zerop, torch.Tensor) else self.zerop
+            return by_channels(values, self.betensor, self.scale.to(device), zerop, self.block_size)
+        return values(self.betensor, self.broadcast_scale, self.broadcast_zerop)
 
     @property
     def broadcast_scale(self):

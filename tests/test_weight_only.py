@@ -90,8 +90,9 @@ def test_each_block_takes_its_own_range(method):
     """A channel whose blocks differ 100-fold in size: each block's integers use the whole
     grid, which one scale per channel would not give the small block."""
     w = torch.cat([torch.randn(3, 16) * 0.01, torch.randn(3, 16) * 1.0, torch.randn(3, 5) * 0.1], dim=1)
-    w[:, 32], w[:, 33] = -w[:, 32].abs(), w[:, 33].abs()  # both signs in the short block: one sign would
-    # need zero point 8, beyond the clamp to +-7 (the tool chain's), and lose the grid's top step
+    w[:, 32], w[:, 33] = -w[:, 32].abs() - 0.05, w[:, 33].abs() + 0.05  # both signs, each well away from 0, in the
+    # short block: one sign (or a negative end within a step of 0) would need zero point 8, beyond the clamp
+    # to +-7 (the tool chain's), and lose the grid's top step (it did on some random draws)
     graph = one_layer("FullyConnected", [(37,)], dict(num_output=3, with_activation="NONE"),
                       {"weights": w, "biases": torch.zeros(3)})
     qg = quantize(graph, batches((37,)), quantize_method_for_weight=method, weight_block_size=16, **WEIGHT_ONLY)

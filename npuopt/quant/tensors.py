@@ -167,8 +167,8 @@ class WeightGrid:
     def quantize(self, w: torch.Tensor) -> torch.Tensor:
         """Round to nearest (the default rounding), float32 holding the grid's values."""
         if self.fmt:
-            return minifloat.quantize(w, self.along(self.scale), self.fmt)
-        return qmath.quantize(w, self.along(self.scale), self.along(self.zp), self.qmin, self.qmax)
+            return self._elementwise(lambda t, s, _: minifloat.quantize(t, s, self.fmt), w)
+        return self._elementwise(lambda t, s, z: qmath.quantize(t, s, z, self.qmin, self.qmax), w)
 
     def to_grid(self, v: torch.Tensor) -> torch.Tensor:
         """Values in the grid's units (w * scale - zp) rounded to its nearest, in v's dtype."""
@@ -177,7 +177,14 @@ class WeightGrid:
         return v.round().clamp_(self.qmin, self.qmax)
 
     def dequantize(self, q: torch.Tensor) -> torch.Tensor:
-        return qmath.dequantize(q, self.along(self.scale), self.along(self.zp))
+        return self._elementwise(qmath.dequantize, q)
+
+    def _elementwise(self, fn, t: torch.Tensor) -> torch.Tensor:
+        """fn(t, scale, zp) with the grid's scale and zero point against t; per block, a few
+        channels at a time (formats.by_channels)."""
+        if self.block and self.axis == 0 and tuple(t.shape) == self.shape:
+            return formats.by_channels(fn, t, self.scale, self.zp, self.block)
+        return fn(t, self.along(self.scale), self.along(self.zp))
 
 
 def weight_grid(node, key: str = "weights", axis: int = 0, groups: int = 1, rng: tuple = None) -> WeightGrid:

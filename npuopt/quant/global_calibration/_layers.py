@@ -24,7 +24,7 @@ from typing import Iterator, List, Optional
 
 import torch
 
-from ...errors import ConfigError, QuantizeError
+from ...errors import QuantizeError
 from ...registry import OpType
 from .. import tensors as QT
 from ..settings import settings_of
@@ -36,24 +36,6 @@ TUNED_TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected, 
                OpType.ConvTranspose, OpType.ConvTranspose3D)  # (fine-tuning's too)
 TRANSPOSED_TYPES = (OpType.ConvTranspose, OpType.ConvTranspose3D)
 CLIP_RATIOS = torch.linspace(0.5, 1.0, 21)  # shares of the calibrated weight range tried (choose_range)
-
-
-# ---- the cfg's params -----------------------------------------------------------------
-def read_params(method: str, values: List[float], spec) -> dict:
-    """OPT's positional params `method[v0, v1, ...]` by the names and defaults of
-    `spec` [(name, default, minimum, integer)], checked into one-line ConfigErrors."""
-    if len(values) > len(spec):
-        names = ", ".join(name for name, *_ in spec)
-        raise ConfigError(f"field 'global_calibration': {method} takes at most {len(spec)} params "
-                          f"[{names}], got {len(values)}")
-    out = {}
-    for i, (name, default, minimum, integer) in enumerate(spec):
-        v = values[i] if i < len(values) else default
-        if v < minimum or (integer and v != int(v)):
-            what = "an integer" if integer else "a number"
-            raise ConfigError(f"field 'global_calibration': {method}'s {name} must be {what} >= {minimum:g}, got {v:g}")
-        out[name] = int(v) if integer else float(v)
-    return out
 
 
 # ---- running the graph layer by layer over the calibration set -------------------------
@@ -219,11 +201,9 @@ class Problem:
         self.scale, self.zp = (_grouped(node, self.grid, v, self.weights) for v in (self.grid.scale, self.grid.zp))
 
     def block_errors(self, w: torch.Tensor, block: int, gradient: torch.Tensor) -> torch.Tensor:
-        """How much weights w raise the output error over the float weights, block by block
-        along K [groups, rows, blocks], each block as if the others kept their float
-        weights: with d = w - W, d_b H_bb d_b^T + d_b . gradient_b (gradient at W) + damp
-        ||d_b||^2; the blocks' cross terms d_b H_bc d_c are left out, so that each block's
-        range is chosen on its own."""
+        """The output error's rise from the float weights W to w per block along K [groups,
+        rows, blocks], each block moved alone: with d = w - W, d_b H_bb d_b^T + d_b . gradient_b
+        (at W) + damp ||d_b||^2 (the cross terms d_b H_bc d_c left out)."""
         d = w - self.weights
         k = d.shape[-1]
         quad = []

@@ -18,7 +18,8 @@ scales stay the calibrated ones."""
 import torch
 
 from . import global_calibration
-from ._layers import LayerData, read_params
+from ._layers import LayerData
+from ._params import read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("batches", 0, 0, True),        # calibration batches used (0: all of them)

@@ -19,7 +19,8 @@ from ...errors import ConfigError
 from ...logger import OPT_WARN
 from ..settings import settings_of
 from . import global_calibration
-from ._layers import read_params, rounded_layers
+from ._layers import rounded_layers
+from ._params import read_params
 from .gptq import PARAMS, run_gptq
 
 

@@ -25,7 +25,7 @@ from ...logger import OPT_INFO
 from ...registry import OpType
 from .. import tensors as QT
 from . import global_calibration
-from ._layers import read_params
+from ._params import read_params
 from ._smoothing import NORMS, ChannelStatistics, check_params, pairs, quantized_error, smooth, usable
 
 PARAMS = [  # name, default, minimum, integer

@@ -19,7 +19,8 @@ Issue 23: GPTQ took 131 s of that run's 134 s on one thread, and about 5 s now."
 import torch
 
 from . import global_calibration, one_thread
-from ._layers import LayerData, read_params
+from ._layers import LayerData
+from ._params import read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("batches", 0, 0, True),        # calibration batches used (0: all of them)

@@ -36,7 +36,7 @@ from ...registry import OpType
 from .. import tensors as QT
 from ..settings import settings_of
 from . import global_calibration
-from ._layers import read_params
+from ._params import read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("mode", 0, -math.inf, True),   # 0 and below: correct the input's range; above: also raise the bits (refused)

@@ -37,7 +37,7 @@ from ...errors import ConfigError
 from ...logger import OPT_INFO
 from ...registry import OpType
 from . import global_calibration
-from ._layers import read_params
+from ._params import read_params
 from ._smoothing import NORMS, ChannelStatistics, check_params, pairs, quantized_error, smooth, usable
 
 PARAMS = [  # name, default, minimum, integer

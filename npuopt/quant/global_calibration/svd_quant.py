@@ -45,7 +45,8 @@ from ..compare import dequantized
 from ..settings import settings_of
 from ..unify_scales import decides_own_grid
 from . import global_calibration, one_thread
-from ._layers import LayerData, Stream, read_params
+from ._layers import LayerData, Stream
+from ._params import read_params
 
 PARAMS = [  # name, default, minimum, integer
     ("mode", 0, 0, True),          # 0: scale search; 1: denoise and search; 2: denoise; 3: FullyConnected weights
