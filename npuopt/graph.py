@@ -10,12 +10,14 @@ import torch
 from . import dynamic_shapes
 from .dtype import Dtype
 from .errors import GraphError, NpuoptError
+from .memory import give_back_if_grown
 from .node import PyNode, float_layers_in_float64, float_layers_wide, tops_in_float32
 from .registry import has_data_dependent_shapes
 from .samples_together import SamplesTogether
 from .tensor import PyTensor
 
 WORKING_COPIES = 4  # 8-byte copies of a layer's largest tensor that a forward holds at once
+LARGE_WEIGHTS = 256 << 20  # constants from which a forward gives freed memory back (SmolLM2-135M: 650 MB)
 
 
 class PyGraph:
@@ -38,6 +40,7 @@ class PyGraph:
         self.samples_apart: Optional[bool] = None
         self.running: Optional[PyNode] = None  # the layer the last forward ran last (where one failed)
         self._data_dependent: Optional[Set[str]] = None  # see data_dependent_tensors
+        self._weight_bytes: Optional[int] = None  # see holds_large_weights
 
     # ---- structure -------------------------------------------------------
     def set_layers(self, nodes: Sequence[PyNode], input_names: Sequence[str],
@@ -275,6 +278,14 @@ class PyGraph:
         with dynamic_shapes.bound(self, dynamic_shapes.symbols_of(self, inputs)):
             return self._run_layers(inputs, keep_tensors, check_shapes, after_node, wide, samples)
 
+    def holds_large_weights(self) -> bool:
+        """Whether the layers' constants hold LARGE_WEIGHTS or more (taken once): a forward
+        then gives freed memory back as it goes (memory.give_back_if_grown)."""
+        if self._weight_bytes is None:
+            self._weight_bytes = sum(c.betensor.numel() * c.betensor.element_size()
+                                     for n in self.nodes for c in n.constants.values())
+        return self._weight_bytes >= LARGE_WEIGHTS
+
     def _run_layers(self, inputs, keep_tensors, check_shapes, after_node, wide, samples) -> List[torch.Tensor]:
         for t, value in zip(self.input_tensors, inputs):
             if tuple(value.shape[1:]) != tuple(t.ir_shape[1:]):
@@ -288,6 +299,7 @@ class PyGraph:
         wide = self.computes_float_layers_in_float64 if wide is None else wide
         bounded = self.data_dependent_tensors() if check_shapes else set()
         together = SamplesTogether(self.input_tensors, samples) if samples else None
+        large = self.holds_large_weights()
         with torch.no_grad(), float_layers_in_float64(wide):
             for i, node in enumerate(self.nodes):
                 self.running = node
@@ -306,6 +318,8 @@ class PyGraph:
                             t.betensor = torch.zeros(())
                             if together:
                                 together.release(t.name)
+                if large:
+                    give_back_if_grown()
         return together.outputs(self.output_tensors) if together else [t.betensor for t in self.output_tensors]
 
     def _check_tops(self, node: PyNode, bounded: Set[str]) -> None:

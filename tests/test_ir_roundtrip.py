@@ -169,3 +169,25 @@ def test_every_dtype_and_param_kind_roundtrips(tmp_path):
     top = graph.node("in").outputs[0]
     assert (top.scale, top.zerop, top.qmin, top.qmax, top.qbits) == (12.5, -3, -128, 127, 8)
     assert graph.node("in").attrs["ir_top_fields"]["layer_top_range"] == [[-1.25, 0.75]]
+
+
+def test_tied_weights_are_written_once_and_read_shared(tmp_path):
+    """A decoder's head tied to its embedding (one tensor in two layers): its bytes are
+    written once, both constants pointing at them, and read back as one tensor; the
+    graph computes as before, and a quantized IR, whose head has its own integers, still
+    writes both."""
+    from npuopt_export.export_llm import export_step
+    from npuopt_export.llama import tiny_llama
+    graph, _ = export_step(tiny_llama(tied=True), "prefill", "tied", length=8)
+    embed, head = graph.node("model.embed.embedding.const"), graph.node("model.linear")
+    assert embed.constants["weights"].betensor.data_ptr() == head.constants["weights"].betensor.data_ptr()
+    write_graph(graph, str(tmp_path / "t.txt"), str(tmp_path / "t.bin"))
+    blocks = {b.get("layer_name"): b for b in ir_blocks(tmp_path / "t.txt")}
+    places = [(blocks[n]["weights_offset"], blocks[n]["weights_size"]) for n in (embed.name, head.name)]
+    assert places[0] == places[1]
+    assert (tmp_path / "t.bin").stat().st_size == sum(
+        b[k] for b in blocks.values() for k in b if k.endswith("_size") and not (b is blocks[head.name] and k == "weights_size"))
+    back = read_graph(str(tmp_path / "t.txt"))
+    assert back.node(embed.name).constants["weights"].betensor is back.node(head.name).constants["weights"].betensor
+    x = torch.randint(0, 64, (1, 8), dtype=torch.int32)
+    assert torch.equal(back.forward([x])[0], graph.forward([x])[0])

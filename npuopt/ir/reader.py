@@ -313,13 +313,16 @@ def _constant_of(key: str, constant_names: List[str]) -> Optional[str]:
 class _Weights:
     """The .bin, open once; each constant is read into memory of its own, which its
     tensor keeps: a mapping of the file would count its pages again while the
-    constants are copied out of it."""
+    constants are copied out of it. Constants at the same offset, size, type and shape
+    (tied weights, as writer._Bin writes them) share one tensor: nothing changes a
+    constant's tensor in place (a method that edits weights gives the layer a new one)."""
 
     def __init__(self, bin_path: str, txt_path: str):
         self.path = bin_path
         self.txt_path = txt_path
         self._file = None
         self.size = None
+        self._read = {}  # (offset, size, dtype, shape) -> the tensor read there
         if os.path.isfile(bin_path):
             self.size = os.path.getsize(bin_path)
             if self.size:
@@ -346,7 +349,10 @@ class _Weights:
         if offset + size > self.size:
             raise IRError(f"{offset_at}: layer '{layer}': constant '{cname}': offset {offset} + size {size} "
                           f"passes the end of '{self.path}' ({self.size} bytes)")
-        return PyTensor(cname, bytes_to_tensor(self._bytes(offset, size), dtype, shape), dtype, shape)
+        key = (offset, size, dtype, tuple(shape))
+        if key not in self._read:
+            self._read[key] = bytes_to_tensor(self._bytes(offset, size), dtype, shape)
+        return PyTensor(cname, self._read[key], dtype, shape)
 
     def _bytes(self, offset: int, size: int) -> np.ndarray:
         if not size:

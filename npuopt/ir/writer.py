@@ -29,8 +29,8 @@ def write_graph(graph: PyGraph, txt_path: str, bin_path: str = None, bin_name: s
     os.makedirs(out_dir, exist_ok=True)
     tmp_txt, tmp_bin = temp_path(txt_path), temp_path(bin_path)
     try:
-        with open(tmp_bin, "wb") as fbin:
-            quantized = graph.quantized
+        with open(tmp_bin, "wb") as f:
+            fbin, quantized = _Bin(f), graph.quantized
             sections = [[_header(graph, bin_name or os.path.basename(bin_path))] +
                         [_layer_block(node, index, fbin, quantized) for index, node in enumerate(graph.nodes)]]
             for sg in graph.subgraph_map.values():  # the subgraphs its control-flow layers run
@@ -47,6 +47,31 @@ def write_graph(graph: PyGraph, txt_path: str, bin_path: str = None, bin_name: s
         for tmp in (tmp_txt, tmp_bin):
             if os.path.exists(tmp):
                 os.remove(tmp)
+
+
+class _Bin:
+    """The weights file being written. A constant that holds the very tensor of one written
+    before (tied weights: a decoder's embedding and its head) points at its bytes instead
+    of writing them again, as the tool chain's reader allows (each constant is read by its
+    offset and size); the reader shares them again (reader._Weights)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.written = {}  # (storage, view, dtype) -> (offset, size, the tensor: kept so its storage is not reused)
+
+    def write(self, value, dtype, shared: bool) -> tuple:
+        """(offset, size) of `value` as `dtype`; `shared`: a layer's own constant, which the
+        graph keeps alive (not a quantization constant made for the write)."""
+        key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), tuple(value.stride()),
+               value.dtype, dtype) if shared and value.numel() else None
+        if key in self.written:
+            return self.written[key][:2]
+        offset = self.f.tell()
+        data = tensor_to_bytes(value, dtype)
+        self.f.write(data)
+        if key is not None:
+            self.written[key] = (offset, len(data), value)
+        return offset, len(data)
 
 
 def _kv(key, value) -> str:
@@ -101,14 +126,12 @@ def _layer_block(node: PyNode, index: int, fbin, quantized_graph: bool) -> List[
     quant_params, quant_constants = fields.constant_quant_fields(node) if quantized_graph else ({}, {})
     constants = [(cname, c.betensor, c.dtype) for cname, c in node.constants.items()]
     constants += [(cname, value, dtype) for cname, (value, dtype) in quant_constants.items()]
-    for cname, value, dtype in constants:
-        offset = fbin.tell()
-        data = tensor_to_bytes(value, dtype)
-        fbin.write(data)
+    for i, (cname, value, dtype) in enumerate(constants):
+        offset, size = fbin.write(value, dtype, shared=i < len(node.constants))
         lines += [
             _kv(cname + "_type", dtype.value),
             _kv(cname + "_offset", offset),
-            _kv(cname + "_size", len(data)),
+            _kv(cname + "_size", size),
             _kv(cname + "_shape", list(value.shape)),
         ]
     lines += [_kv(k, v) for k, v in node.params.items()]

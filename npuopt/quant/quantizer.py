@@ -112,6 +112,8 @@ def build_quantized_graph(float_graph, settings: Dict[str, QuantSettings], keep_
                 quantize_weights_only(node)
             store_in_float(node)
             keep_subgraphs_in_float(node)
+            if node.constants:
+                give_back_freed_memory()
             continue
         inputs_before = [_quantization(t) for t in node.inputs]
         try:
