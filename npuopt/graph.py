@@ -279,8 +279,7 @@ class PyGraph:
             return self._run_layers(inputs, keep_tensors, check_shapes, after_node, wide, samples)
 
     def holds_large_weights(self) -> bool:
-        """Whether the layers' constants hold LARGE_WEIGHTS or more (taken once): a forward
-        then gives freed memory back as it goes (memory.give_back_if_grown)."""
+        """Whether the constants hold LARGE_WEIGHTS or more (taken once): memory.give_back_if_grown."""
         if self._weight_bytes is None:
             self._weight_bytes = sum(c.betensor.numel() * c.betensor.element_size()
                                      for n in self.nodes for c in n.constants.values())

@@ -4,15 +4,13 @@ import os
 from collections import OrderedDict
 from typing import List, Optional, Tuple
 
-import numpy as np
-import torch
-
-from ..dtype import Dtype, bytes_to_tensor
+from ..dtype import Dtype
 from ..errors import GraphError, IRError
 from ..graph import PyGraph, QuantizeGraph
 from ..node import PyNode
 from ..quant import fields
 from ..tensor import PyTensor
+from .bin_file import WeightsFile
 from .compat import take_source_quantization
 from .sections import SUBGRAPH_KEY, link_subgraphs, split_sections
 from .values import ValueSyntaxError, parse_name_list, parse_value
@@ -32,7 +30,7 @@ def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=Quantize
     if bin_path is None:
         bin_path = os.path.splitext(txt_path)[0] + ".bin"
     (header, layer_blocks), *sections = split_sections(_split_blocks(_read_lines(txt_path), txt_path), txt_path)
-    weights = _Weights(bin_path, txt_path)
+    weights = WeightsFile(bin_path, txt_path)
     try:
         model_name = header["model_name"][0] if "model_name" in header else "model"
         graph = _read_section(graph_cls(model_name), header, layer_blocks, weights, txt_path, txt_path)
@@ -51,7 +49,7 @@ def read_graph(txt_path: str, bin_path: Optional[str] = None, graph_cls=Quantize
     return graph
 
 
-def _read_section(graph: PyGraph, header, layer_blocks, weights: "_Weights", path: str, where: str) -> PyGraph:
+def _read_section(graph: PyGraph, header, layer_blocks, weights: WeightsFile, path: str, where: str) -> PyGraph:
     """One section's layers into `graph`, its header keys (but the ones it owns) kept."""
     _check_layer_number(header, len(layer_blocks), path)
     for key, (raw, line) in header.items():
@@ -145,7 +143,7 @@ def _names(block, key, path, layer=None) -> List[str]:
         raise IRError(f"{path}:{line}: cannot parse '{key}': {e}") from None
 
 
-def _build_node(block, weights: "_Weights", path: str) -> PyNode:
+def _build_node(block, weights: WeightsFile, path: str) -> PyNode:
     if "layer_name" not in block:
         raise IRError(f"{path}:{next(iter(block.values()))[1]}: layer block lacks 'layer_name'")
     name, name_line = block["layer_name"]
@@ -184,7 +182,7 @@ def _build_node(block, weights: "_Weights", path: str) -> PyNode:
         cname = _constant_of(key, constant_names)
         if cname is not None:
             if cname not in node.constants:
-                node.constants[cname] = weights.read(cname, block, path, name)
+                node.constants[cname] = _read_constant(weights, cname, block, path, name)
                 if cname in CHECKED_CONSTANTS and node.type != "Constant":
                     weights.check_finite(node.constants[cname], name)
             continue
@@ -239,7 +237,7 @@ def _is_int(value) -> bool:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return _is_int(value) or isinstance(value, float)
 
 
 def _read_top_quantization(node: PyNode, block, n_tops: int, path: str) -> None:
@@ -310,80 +308,26 @@ def _constant_of(key: str, constant_names: List[str]) -> Optional[str]:
     return None
 
 
-class _Weights:
-    """The .bin, open once; each constant is read into memory of its own, which its
-    tensor keeps: a mapping of the file would count its pages again while the
-    constants are copied out of it. Constants at the same offset, size, type and shape
-    (tied weights, as writer._Bin writes them) share one tensor: nothing changes a
-    constant's tensor in place (a method that edits weights gives the layer a new one)."""
-
-    def __init__(self, bin_path: str, txt_path: str):
-        self.path = bin_path
-        self.txt_path = txt_path
-        self._file = None
-        self.size = None
-        self._read = {}  # (offset, size, dtype, shape) -> the tensor read there
-        if os.path.isfile(bin_path):
-            self.size = os.path.getsize(bin_path)
-            if self.size:
-                try:
-                    self._file = open(bin_path, "rb")
-                except OSError as e:
-                    raise IRError(f"cannot read weights file '{bin_path}': {e.strerror or e}") from None
-
-    def read(self, cname, block, path, layer) -> PyTensor:
-        offset, offset_at = _value(block, cname + "_offset", path)
-        size, size_at = _value(block, cname + "_size", path)
-        for key, value, at in ((cname + "_offset", offset, offset_at), (cname + "_size", size, size_at)):
-            if not _is_int(value) or value < 0:
-                raise IRError(f"{at}: layer '{layer}': {key} '{block[key][0]}' is not a non-negative integer")
-        dtype = _dtype(block[cname + "_type"][0], _at(block, cname + "_type", path, layer), cname + "_type")
-        shape_value, shape_at = _value(block, cname + "_shape", path)
-        shape = _shape(shape_value, f"{shape_at}: layer '{layer}'", cname + "_shape")
-        count = math.prod(shape)  # exact for any size, unlike np.prod's int64
-        if count * dtype.storage_bytes != size:
-            raise IRError(f"{size_at}: layer '{layer}': constant '{cname}': size {size} bytes disagrees with "
-                          f"shape {list(shape)} of {dtype.value} ({count * dtype.storage_bytes} bytes)")
-        if self.size is None:
-            raise IRError(f"weights file '{self.path}' not found (needed by layer '{layer}' of '{path}')")
-        if offset + size > self.size:
-            raise IRError(f"{offset_at}: layer '{layer}': constant '{cname}': offset {offset} + size {size} "
-                          f"passes the end of '{self.path}' ({self.size} bytes)")
-        key = (offset, size, dtype, tuple(shape))
-        if key not in self._read:
-            self._read[key] = bytes_to_tensor(self._bytes(offset, size), dtype, shape)
-        return PyTensor(cname, self._read[key], dtype, shape)
-
-    def _bytes(self, offset: int, size: int) -> np.ndarray:
-        if not size:
-            return np.zeros(0, np.uint8)
-        try:
-            self._file.seek(offset)
-            raw = np.fromfile(self._file, np.uint8, size)
-        except OSError as e:
-            raise IRError(f"cannot read weights file '{self.path}': {e.strerror or e}") from None
-        if raw.size != size:  # the file shrank since its size was taken
-            raise IRError(f"weights file '{self.path}' ends at {offset + raw.size} bytes, before the constants "
-                          f"of '{self.txt_path}' do")
-        return raw
-
-    def check_finite(self, c: PyTensor, layer: str) -> None:
-        """No NaN or Inf in a float constant: one line naming the .bin, the layer, the constant."""
-        if not c.dtype.is_float or not c.betensor.numel():
-            return
-        lo, hi = torch.aminmax(c.betensor.reshape(-1))  # NaN and Inf show there, without a mask of the weights' size
-        if math.isfinite(float(lo)) and math.isfinite(float(hi)):
-            return
-        bad = ~torch.isfinite(c.betensor.reshape(-1))
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
-            raise IRError(f"weights file '{self.path}': layer '{layer}': constant '{c.name}' holds "
-                          f"{float(c.betensor.reshape(-1)[i])} at element {i} (NaN/Inf: {int(bad.sum())} of "
-                          f"{bad.numel()} values)")
-
-    def close(self):
-        if self._file is not None:
-            self._file.close()
+def _read_constant(weights: WeightsFile, cname, block, path, layer) -> PyTensor:
+    """Constant `cname` of a layer block, its place in the .bin checked against its type and shape."""
+    offset, offset_at = _value(block, cname + "_offset", path)
+    size, size_at = _value(block, cname + "_size", path)
+    for key, value, at in ((cname + "_offset", offset, offset_at), (cname + "_size", size, size_at)):
+        if not _is_int(value) or value < 0:
+            raise IRError(f"{at}: layer '{layer}': {key} '{block[key][0]}' is not a non-negative integer")
+    dtype = _dtype(block[cname + "_type"][0], _at(block, cname + "_type", path, layer), cname + "_type")
+    shape_value, shape_at = _value(block, cname + "_shape", path)
+    shape = _shape(shape_value, f"{shape_at}: layer '{layer}'", cname + "_shape")
+    count = math.prod(shape)  # exact for any size, unlike np.prod's int64
+    if count * dtype.storage_bytes != size:
+        raise IRError(f"{size_at}: layer '{layer}': constant '{cname}': size {size} bytes disagrees with "
+                      f"shape {list(shape)} of {dtype.value} ({count * dtype.storage_bytes} bytes)")
+    if weights.size is None:
+        raise IRError(f"weights file '{weights.path}' not found (needed by layer '{layer}' of '{path}')")
+    if offset + size > weights.size:
+        raise IRError(f"{offset_at}: layer '{layer}': constant '{cname}': offset {offset} + size {size} "
+                      f"passes the end of '{weights.path}' ({weights.size} bytes)")
+    return PyTensor(cname, weights.tensor(offset, size, dtype, shape), dtype, shape)
 
 
 def _check_bottoms(graph: PyGraph, blocks, path: str) -> None:
