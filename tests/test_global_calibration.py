@@ -132,6 +132,30 @@ def test_gptq_rounds_as_the_paper_s_column_by_column_algorithm(groups, rows, k, 
     assert not torch.equal(want, nearest)  # the problem is one where GPTQ's feedback changes integers
 
 
+@pytest.mark.parametrize("grid", ["tensor", "row", "block"])
+def test_gptq_rounds_a_few_rows_at_a_time_as_all_at_once(monkeypatch, grid):
+    """round_columns takes ROWS_AT_ONCE weight rows at a time (a large head's float64 copies):
+    the same integers as all rows together, from H dense and from its patches."""
+    gen = torch.Generator().manual_seed(5)
+    groups, rows, k, patches = 2, 7, 24, 8
+    x = torch.randn(groups, patches, k, generator=gen)
+    low = x.transpose(1, 2) / patches ** 0.5
+    h = low @ low.transpose(1, 2)
+    w = torch.randn(groups, rows, k, generator=gen) * 0.3
+    c = w @ h + 0.01 * torch.randn(groups, rows, k, generator=gen)
+    damp = 0.01 * h.diagonal(dim1=1, dim2=2).mean(1).reshape(groups, 1, 1)
+    columns = {"tensor": 0, "row": 1, "block": k}[grid]
+    scale, zp = (torch.rand(groups, rows, columns, generator=gen) * 10 + 5,
+                 torch.randint(-3, 4, (groups, rows, columns), generator=gen).float()) if columns else (9.0, 0.0)
+    for dense, factor in [(h, None), (None, low)]:
+        problem = _layers.Problem(None, w, dense, factor, c, damp, scale, zp, WeightGrid(scale, zp, -7, 7, 4, 0, w.shape),
+                                  None, None)
+        whole = gptq.round_columns(problem, True, 8)
+        monkeypatch.setattr(gptq, "ROWS_AT_ONCE", 3)
+        assert torch.equal(gptq.round_columns(problem, True, 8), whole), dense is None
+        monkeypatch.undo()
+
+
 def test_adaround_runs_end_to_end_and_the_ir_reads_back(model):
     path, _ = model
     master = run(path, "adaround[0,50]")

@@ -31,6 +31,7 @@ PARAMS = [  # name, default, minimum, integer
 ]
 SLAB = 256  # rows of H put in GPTQ's order at once
 STEP = 16   # columns of a block rounded one by one before their share goes to the rest of the block
+ROWS_AT_ONCE = 4096  # weight rows rounded together (SmolLM2's head, 49,152 rows: 1.4 GB of float64 copies at once)
 
 
 def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
@@ -52,27 +53,41 @@ def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
     back = order.flip(1)  # L's column j is GPTQ's column k - 1 - j
     blocks = [(j1, min(j1 + block, k)) for j1 in range(0, k, block)]
     factor = _LowRank(problem, back, blocks) if problem.low_rank is not None else _Dense(problem, back)
-    columns = back.unsqueeze(1).expand(g, rows, k)
-    b = (problem.C + problem.damp * problem.weights).gather(2, columns).double()
+    unorder = torch.argsort(back, dim=1)
+    q = torch.empty_like(problem.weights)
+    for r0 in range(0, rows, ROWS_AT_ONCE):  # rows are rounded independently: a few at a time
+        r1 = min(rows, r0 + ROWS_AT_ONCE)
+        q[:, r0:r1] = _round_rows(problem, factor, back, blocks, r0, r1).gather(
+            2, unorder.unsqueeze(1).expand(g, r1 - r0, k))
+    return q
+
+
+def _round_rows(problem, factor, back, blocks, r0: int, r1: int) -> torch.Tensor:
+    """round_columns on weight rows [r0, r1), in L's column order."""
+    g, k = back.shape
+    part = lambda v: v[:, r0:r1] if isinstance(v, torch.Tensor) and v.dim() == 3 else v  # noqa: E731
+    columns = back.unsqueeze(1).expand(g, r1 - r0, k)
+    b = (part(problem.C) + problem.damp * part(problem.weights)).gather(2, columns).double()
     # in steps of the grid (times scale, before the zero point), column j's value before
     # rounding is (a_j - sum_{i>j} y_i L_ij) / L_jj, and y = Q + zp once rounded; a grid
     # with a scale per column (per block) works in the weights' own units instead
-    per_column = isinstance(problem.scale, torch.Tensor) and problem.scale.shape[-1] > 1
+    scale, zp = part(problem.scale), part(problem.zp)
+    per_column = isinstance(scale, torch.Tensor) and scale.shape[-1] > 1
     if per_column:
-        scale, zp = (v.gather(2, columns).double() for v in (problem.scale, problem.zp))
+        scale, zp = (v.gather(2, columns).double() for v in (scale, zp))
         a = factor.solve(b).contiguous()
     else:
-        scale, zp = None, _rows(problem.zp)
-        a = factor.solve(b).mul_(problem.scale).contiguous()
+        a = factor.solve(b).mul_(scale).contiguous()
+        scale, row_zp = None, _rows(zp)
     y = torch.empty_like(a)
+    factor.begin()
     for j1, j2 in reversed(blocks):
         own = factor.diagonal_block(j1, j2)
         diag = own.diagonal(dim1=1, dim2=2).unsqueeze(1)
         acc = (a[..., j1:j2] - factor.share(y, j1, j2)) / diag
-        grid = (scale[..., j1:j2], zp[..., j1:j2]) if per_column else (None, zp)
+        grid = (scale[..., j1:j2], zp[..., j1:j2]) if per_column else (None, row_zp)
         _round_block(acc, own / diag, y[..., j1:j2], *grid, problem.to_grid)
-    q = problem.to_grid(y.mul_(scale).sub_(zp) if per_column else y.sub_(problem.zp)).to(problem.weights.dtype)
-    return q.gather(2, torch.argsort(back, dim=1).unsqueeze(1).expand(g, rows, k))
+    return problem.to_grid(y.mul_(scale).sub_(zp) if per_column else y.sub_(zp)).to(problem.weights.dtype)
 
 
 def _round_block(acc, within, y, scale, zp, to_grid) -> None:
@@ -110,6 +125,9 @@ class _Dense:
         torch.linalg.cholesky_ex(self.factor, check_errors=True,
                                  out=(self.factor, torch.empty(g, dtype=torch.int32, device=h.device)))
 
+    def begin(self) -> None:
+        """A new set of rows: share() keeps nothing between calls."""
+
     def diagonal_block(self, j1: int, j2: int) -> torch.Tensor:
         return self.factor[:, j1:j2, j1:j2]
 
@@ -144,6 +162,10 @@ class _LowRank:
             m -= self.g[j1] @ self.g[j1].transpose(1, 2)
         self.blocks = blocks
         self.rounded, self.done = None, k
+
+    def begin(self) -> None:
+        """A new set of rows: share() starts again from the last block."""
+        self.rounded, self.done = None, self.v.shape[1]
 
     def diagonal_block(self, j1: int, j2: int) -> torch.Tensor:
         return self.own[j1]
