@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from npuopt.dtype import Dtype
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
 from npuopt.quant.compare import dequantized
@@ -250,3 +251,20 @@ def test_a_matmuls_constant_operand_is_rounded(tmp_path, port, grid, method):
     c = master.qgraph.node("w").get_constant("weights")
     assert c.is_quantized and c.qbits == 4 and (c.block_size == 3) == (grid == "per_block_asymmetric")
     assert error_of(master, tmp_path) < 0.8 * nearest
+
+
+def test_a_stream_runs_a_layer_without_inputs_once_for_all_batches(tmp_path):
+    """_layers.Stream: a Constant's output is one tensor for every batch (a decoder's embedding
+    table, fit to float16 in the quantized graph, was copied once per calibration window: 1.8 GB
+    on SmolLM2-135M); the MatMul reading it still gets each batch's own output."""
+    from npuopt.quant.global_calibration._layers import Stream
+    matmul_model(tmp_path, 0)
+    graph = read_graph(str(tmp_path / "model.txt"))
+    graph.node("w").outputs[0].dtype = Dtype.FP16  # as kept in float16: each forward makes a new tensor
+    data = [[torch.from_numpy(np.load(tmp_path / "data.npy")[i:i + 2])] for i in range(0, 6, 2)]
+    stream = Stream(graph, data, one_thread=True)
+    inputs, outputs = stream.around("mm")
+    constants = inputs[0]
+    assert len(constants) == 3 and all(v is constants[0] for v in constants)
+    for batch, got in zip(data, outputs[0]):
+        assert torch.allclose(got, graph.forward(batch)[0], rtol=1e-5, atol=1e-5)

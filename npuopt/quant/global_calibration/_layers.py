@@ -41,9 +41,10 @@ CLIP_RATIOS = torch.linspace(0.5, 1.0, 21)  # shares of the calibrated weight ra
 # ---- running the graph layer by layer over the calibration set -------------------------
 class Stream:
     """A graph run layer by layer over every calibration batch at once, each live tensor
-    kept as one value per batch: a layer's inputs on the whole set are at hand before it
-    runs, and a change to the layer reaches every layer after it. A float graph runs on
-    one thread (`one_thread`); a quantized one computes exact integers on any number."""
+    kept as one value per batch (a layer without inputs, as a decoder's embedding table:
+    one for all): a layer's inputs on the whole set are at hand before it runs, and a change
+    to the layer reaches every layer after it. A float graph runs on one thread (`one_thread`);
+    a quantized one computes exact integers on any number."""
 
     def __init__(self, graph, data: List[List[torch.Tensor]], one_thread: bool):
         self.graph = graph
@@ -79,8 +80,9 @@ class Stream:
 
     def _run(self, node) -> List[List[torch.Tensor]]:
         outputs = [[] for _ in node.outputs]
+        once = not node.inputs and not any(t.name in self.values for t in node.outputs)
         with torch.no_grad(), (one_thread() if self.one_thread else contextlib.nullcontext()):
-            for b in range(self.batches):
+            for b in range(1 if once else self.batches):
                 for t in list(node.inputs) + list(node.outputs):
                     if t.name in self.values:  # an Input layer's output is the fed value
                         t.betensor = self.values[t.name][b]
@@ -88,7 +90,7 @@ class Stream:
                 for values, t in zip(outputs, node.outputs):
                     values.append(t.betensor)
         for t, values in zip(node.outputs, outputs):
-            self.values[t.name] = values
+            self.values[t.name] = values * self.batches if once else values
         for t in list(node.inputs) + list(node.outputs):
             t.betensor = torch.zeros(())
             if self.last_use.get(t.name, -1) <= self.done:
@@ -170,11 +172,9 @@ class Problem:
 
     def choose_range(self, per_block: bool = False) -> None:
         """Shrink the grid's calibrated range by the share of CLIP_RATIOS whose nearest
-        rounding gives the least output error: per channel for per-channel weights, per
-        group where per-tensor settings give each group its grid, else for the whole
-        tensor; per-block weights take one share per channel for all its blocks, or with
-        `per_block` one per block (block_errors); planned (tensors.plan_weight_range) and
-        used by this problem's grid."""
+        rounding gives the least output error: per channel (per-block weights: for all its
+        blocks, or each block's with `per_block`: block_errors), per group where per-tensor
+        settings give each group a grid, else for the whole tensor; planned and used."""
         node, groups = self.node, _grid_groups(self.node)
         lo, hi = QT.weight_range(node, "weights", 0, groups)
         block = self.grid.block if per_block and not _rows_serve_every_group(node) else None
