@@ -254,10 +254,10 @@ def test_a_matmuls_constant_operand_is_rounded(tmp_path, port, grid, method):
 
 
 def test_a_stream_runs_a_layer_without_inputs_once_for_all_batches(tmp_path):
-    """_layers.Stream: a Constant's output is one tensor for every batch (a decoder's embedding
+    """_stream.Stream: a Constant's output is one tensor for every batch (a decoder's embedding
     table, fit to float16 in the quantized graph, was copied once per calibration window: 1.8 GB
     on SmolLM2-135M); the MatMul reading it still gets each batch's own output."""
-    from npuopt.quant.global_calibration._layers import Stream
+    from npuopt.quant.global_calibration._stream import Stream
     matmul_model(tmp_path, 0)
     graph = read_graph(str(tmp_path / "model.txt"))
     graph.node("w").outputs[0].dtype = Dtype.FP16  # as kept in float16: each forward makes a new tensor
@@ -268,3 +268,23 @@ def test_a_stream_runs_a_layer_without_inputs_once_for_all_batches(tmp_path):
     assert len(constants) == 3 and all(v is constants[0] for v in constants)
     for batch, got in zip(data, outputs[0]):
         assert torch.allclose(got, graph.forward(batch)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [3, 40])
+def test_grams_of_a_layer_with_more_rows_than_inputs(rows):
+    """_grams.grams: E[y_f x_q^T] and E[y_f] (y_f = W x_f) are summed as W E[x_f x_q^T] where
+    the layer has more rows than inputs (a decoder's head), else per patch: both equal the
+    sums over the patches themselves."""
+    from npuopt.quant.global_calibration._grams import Units, grams
+    from npuopt.ranks import Ranks
+    from test_quantize_ops import one_layer
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(rows, 8, generator=gen)
+    node = one_layer("FullyConnected", [(8,)], dict(num_output=rows), {"weights": w, "biases": torch.zeros(rows)}).node("op")
+    xf = [torch.randn(5, 8, generator=gen) for _ in range(3)]
+    xq = [x + 0.1 * torch.randn(5, 8, generator=gen) for x in xf]
+    (h, low), mean_q, cross, mean_out = grams(node, xf, xq, None, w.unsqueeze(0), Units(Ranks(), 3, [0, 1, 2]))
+    pf, pq = torch.cat(xf).double(), torch.cat(xq).double()
+    assert torch.allclose(cross[0], (pf @ w.double().T).T @ pq / 15, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(mean_out[0], (pf @ w.double().T).mean(0), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(mean_q[0], pq.mean(0), rtol=1e-5, atol=1e-6)

@@ -50,13 +50,18 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
     gen = torch.Generator().manual_seed(0)
     rows = [torch.randperm(n, generator=gen)[:math.ceil(n * share)].sort().values for n in sizes]
 
+    # E[y_f x_q^T] = W E[x_f x_q^T]: summed as the latter where the layer has more rows than
+    # inputs (a decoder's head: 576 x 576 rather than 49,152 x 576 per patch chunk)
+    by_inputs = w.shape[1] > w.shape[-1]
+
     def unit_sums(unit: int) -> tuple:
         sums, kept, count = {}, [], 0
         for i in units.elements_of(unit):
             f, q, chosen = xf[i], xq[i], rows[units.position(i)].to(xf[i].device)
             for j in range(0, len(chosen), step):
                 pq = patches(node, q, chosen[j:j + step], qt)
-                yf = patches(node, f, chosen[j:j + step]) @ w.transpose(1, 2)
+                pf = patches(node, f, chosen[j:j + step])
+                yf = pf if by_inputs else pf @ w.transpose(1, 2)
                 finite = torch.isfinite(yf).all(2).all(0) & torch.isfinite(pq).all(2).all(0)
                 if not bool(finite.all()):  # NaN/Inf the calibration left out of the statistics
                     pq, yf = pq[:, finite], yf[:, finite]
@@ -80,6 +85,9 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
                             f"its weights cannot be rounded from data")
     for total in sums.values():
         total /= count
+    if by_inputs:  # E[x_f x_q^T] and E[x_f] to the layer's rows
+        sums["cross"] = w.double() @ sums["cross"]
+        sums["mean_out"] = (w.double() @ sums["mean_out"].unsqueeze(-1)).squeeze(-1)
     return (None, torch.cat(kept, dim=1)) if low_rank else (sums["gram"], None), sums["mean_q"], sums["cross"], \
         sums["mean_out"]
 

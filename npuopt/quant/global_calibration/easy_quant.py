@@ -28,7 +28,8 @@ from ..compare import dequantized
 from ..settings import settings_of
 from ..weight_plans import planned
 from . import global_calibration, one_thread
-from ._layers import LayerData, Stream, has_tuned_weights
+from ._layers import LayerData, has_tuned_weights
+from ._stream import Stream
 from ._params import read_params
 
 PARAMS = [  # name, default, minimum, integer

@@ -45,7 +45,8 @@ from ..compare import dequantized
 from ..settings import settings_of
 from ..unify_scales import decides_own_grid
 from . import global_calibration, one_thread
-from ._layers import LayerData, Stream
+from ._layers import LayerData
+from ._stream import Stream
 from ._params import read_params
 
 PARAMS = [  # name, default, minimum, integer
