@@ -30,12 +30,18 @@ class Stream:
 
     def until(self, name: str, through: bool = False):
         """Run the layers before layer `name` (and that layer too when `through`); that
-        layer, or None when the graph has no layer of that name."""
+        layer, or None when the graph has no layer of that name. A layer whose outputs no
+        later layer reads is passed over (a decoder's head: 16 windows of its logits held
+        805 MB only to be dropped)."""
         i = self.order.get(name)
         if i is None:
             return None
         while self.done < i + through:
-            self._run(self.graph.nodes[self.done])
+            node = self.graph.nodes[self.done]
+            if any(t.name in self.last_use for t in node.outputs):
+                self._run(node)
+            else:
+                self.done += 1
         return self.graph.nodes[i]
 
     def inputs(self, node, port: int = 0) -> List[torch.Tensor]:
