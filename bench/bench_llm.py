@@ -32,8 +32,10 @@ the norms stay float where activations are float):
           calibration; the residual adds and the RMSNorms kept in float (trigger_float_op =
           Eltwise,RMSNorm): SmolLM2's residual stream carries massive activations (about
           24,000 in a few channels), which no 8-bit grid of the whole tensor holds
-Methods: `rtn` (global_calibration = none: the floor), `gptq` (gptq_zy), `awq` (awq_zy
-then gptq_zy), `auto` (npuopt's default); --methods picks them.
+Methods: `rtn` (global_calibration = none: the floor), `gptq` (gptq_zy: OPT's defaults),
+`awq` (awq_zy then gptq_zy), `auto` (npuopt's default: GPTQ damped at 1.0 on the 4-bit
+layers, nearest rounding on 8-bit per-channel weights); --methods picks them (default
+rtn,gptq,auto).
 
 The peer: llmcompressor 0.14 (GPTQ, SmoothQuant, round to nearest) on the same windows
 and formats, by bench/peer_llm.py in its own environment (llmcompressor needs torch <=
@@ -191,7 +193,7 @@ def main():
     p.add_argument("--calibration", type=int, default=16, help="calibration windows")
     p.add_argument("--evaluation", type=int, default=32, help="evaluation windows (0: all)")
     p.add_argument("--formats", default="w4b128,w8ch,w8a8sq", help=f"of {', '.join(FORMATS)}")
-    p.add_argument("--methods", default="rtn,gptq", help=f"of {', '.join(METHODS)}")
+    p.add_argument("--methods", default="rtn,gptq,auto", help=f"of {', '.join(METHODS)}")
     p.add_argument("--prompts", type=int, default=3, help="prompts for generation agreement (0: none)")
     p.add_argument("--tokens", type=int, default=8, help="greedy tokens per prompt")
     p.add_argument("--peer-python", help="the python of llmcompressor's environment (see the docstring)")
