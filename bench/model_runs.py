@@ -46,18 +46,38 @@ def child_env(threads: int = None) -> dict:
     return env
 
 
+# Linux counts in a child's ru_maxrss the resident set of the process it was forked from
+# (exec folds the old memory's high-water mark in): a benchmark holding a model measured
+# its own size in every child (bench_llm: 3994 MB for runs that peaked lower). A small
+# python forks the command instead and writes the command's own peak (KiB) to the pipe
+# whose descriptor is its first argument.
+LAUNCHER = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+os.write(int(sys.argv[1]), str(usage.ru_maxrss).encode())
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def child(command, threads: int = None, cwd: Path = REPO):
-    """(wall seconds, peak resident MB, stdout + stderr) of one subprocess; exits naming
-    the command and its last line where it fails."""
+    """(wall seconds, peak resident MB, stdout + stderr) of one subprocess (LAUNCHER); exits
+    naming the command and its last line where it fails."""
     start = time.perf_counter()
+    read, write = os.pipe()
     with tempfile.TemporaryFile("w+") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=child_env(threads),
-                                   text=True, cwd=cwd)
-        _, status, usage = os.wait4(process.pid, 0)
+        process = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(write), *map(str, command)], stdout=out,
+                                   stderr=subprocess.STDOUT, env=child_env(threads), text=True, cwd=cwd,
+                                   pass_fds=(write,))
+        os.close(write)
+        with os.fdopen(read) as peak:
+            peak_kib = peak.read()
+        status = process.wait()
         seconds = time.perf_counter() - start
         out.seek(0)
         text = out.read()
-    if os.waitstatus_to_exitcode(status) != 0:
+    if status != 0:
         sys.exit(f"{Path(sys.argv[0]).stem}: {' '.join(map(str, command[:4]))} failed: "
                  f"{text.strip().splitlines()[-1:]}")
-    return seconds, usage.ru_maxrss / 1024, text
+    return seconds, int(peak_kib) / 1024, text

@@ -112,3 +112,15 @@ def test_links_reach_their_files_and_headings(page):
         elif fragment and path.suffix == ".md" and fragment not in anchors(path):
             broken.append(target)
     assert not broken, f"{page.name}: links that reach nothing: {broken}"
+
+
+def test_a_benchmark_child_s_peak_memory_is_its_own():
+    """model_runs.child: the peak resident memory of the command alone, not the benchmark's
+    that starts it (Linux folds the forked parent's resident set into a child's ru_maxrss:
+    bench_llm, holding a decoder, measured its own 3994 MB in every run)."""
+    import numpy as np
+    from model_runs import child
+    held = np.ones(300 << 17)  # 300 MB in this process
+    _, peak_mb, text = child([sys.executable, "-c", "import numpy as np; a = np.ones(50 << 17); print(a.sum() > 0)"])
+    assert text.strip() == "True" and 50 <= peak_mb < 200, peak_mb
+    assert held.sum() > 0
