@@ -53,7 +53,7 @@ class _Bin:
     """The weights file being written. A constant that holds the very tensor of one written
     before (tied weights: a decoder's embedding and its head) points at its bytes instead
     of writing them again, as the tool chain's reader allows (each constant is read by its
-    offset and size); the reader shares them again (reader._Weights)."""
+    offset and size); the reader shares them again (bin_file.WeightsFile)."""
 
     def __init__(self, f):
         self.f = f
