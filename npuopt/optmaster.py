@@ -22,6 +22,7 @@ from .feed import Feed
 from .fine_tuning import check_training_data, fine_tune
 from .ir import is_pre_quantized, read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
+from .memory import give_back_freed_memory
 from .mixed_precision import check_search_data, search_mixed_precision, search_precision
 from .outputs import RunOutputs, run_inputs, safe_name
 from .passes import run_stage1
@@ -251,6 +252,11 @@ class OptMaster:
         """The quantized graph, checked by a zero-input forward, and its files."""
         self.qgraph = self.plan.build()
         keep = self.plan.float_kept
+        if self.graph.holds_large_weights() and not self.metrics_follow:
+            for graph in (self.graph, self.original):  # nothing runs them again: half a decoder's peak
+                if graph is not None:
+                    graph.release_weights()
+            give_back_freed_memory()
         self.qgraph.to(self.device)
         self.qgraph.zero_forward(device=self.device)
         OPT_INFO(f"quantized {sum(n.quantized for n in self.qgraph.nodes)} layers; kept in float: "
@@ -270,9 +276,14 @@ class OptMaster:
         self.report["layers"] = quantization_rows(self.qgraph, self.graph)
 
     # ---- step 10 ---------------------------------------------------------------------
+    @property
+    def metrics_follow(self) -> bool:
+        """Whether `evaluate` will compute metrics (they run the float model too)."""
+        return bool(self.cfg.dataset and self.cfg.data)
+
     def evaluate(self) -> None:
         cfg = self.cfg
-        if not (cfg.dataset and cfg.data):
+        if not self.metrics_follow:
             OPT_INFO("no 'dataset'/'data' configured: skipping metrics")
             return
         dataset = self.metric_dataset or make_dataset(cfg.dataset, cfg.data, cfg.label or None, field="data")

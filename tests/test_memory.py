@@ -6,6 +6,7 @@ bench/bench_memory.py measures the Lite0 model test's peak.
 Issue 23: the float model's weights are held once: the quantized graph holds the float
 constants that quantizing does not change (quantizer.kept_tensors), which no quantize
 function of npuopt's writes into. bench/bench_memory.py --model vit_b_16 measures ViT-B/16."""
+import json
 import math
 import subprocess
 import sys
@@ -18,6 +19,8 @@ import torch
 import npuopt.feed as feed
 from conftest import REPO, npuopt_env, write_cfg
 from npuopt.config import load_config
+import npuopt.graph as graph_mod
+from npuopt.errors import GraphError
 from npuopt.graph import WORKING_COPIES
 from npuopt.ir import write_graph
 from npuopt.ir.builder import GraphBuilder
@@ -222,3 +225,26 @@ def test_a_run_holds_the_float_weights_once(tmp_path):
     issue 23 the run's peak rose by 2.5 to 3.1 times their bytes, now by 1.0 to 1.3)."""
     small, large = (peak_resident_mb(fc_chain(tmp_path / str(n), n)) for n in (2, 18))
     assert large - small < 2 * 16 * 8, (small, large)
+
+
+def _run_fc_chain(folder: Path, monkeypatch, large: bool, metrics: bool):
+    cfg = fc_chain(folder, 2)
+    if large:  # the two layers' 16 MB count as a large model's weights
+        monkeypatch.setattr(graph_mod, "LARGE_WEIGHTS", 0)
+    om = OptMaster(load_config(str(cfg), {} if metrics else {"data": ""}))
+    om.run()
+    return om, (folder / "out" / "fc_chain_o.bin").read_bytes()
+
+
+def test_a_large_model_s_float_weights_go_once_its_quantized_graph_is_built(tmp_path, monkeypatch):
+    """Without metrics, nothing runs the float graph after the build: a large model's float
+    weights are released there (half a decoder's peak), the IR written is the same, and
+    running that graph again stops with a clear error; with metrics they stay."""
+    _, kept_bin = _run_fc_chain(tmp_path / "kept", monkeypatch, large=False, metrics=False)
+    om, released_bin = _run_fc_chain(tmp_path / "released", monkeypatch, large=True, metrics=False)
+    assert om.graph.weights_released and released_bin == kept_bin
+    assert all(c.betensor.numel() == 0 for n in om.graph.nodes for c in n.constants.values())
+    with pytest.raises(GraphError, match="weights were released"):
+        om.graph.forward([torch.zeros(1, 16, 1024)])
+    om, _ = _run_fc_chain(tmp_path / "metrics", monkeypatch, large=True, metrics=True)
+    assert not om.graph.weights_released and "metrics" in json.dumps(om.report)
