@@ -6,6 +6,8 @@ end to an IR that reads back. GPTQ's blocked rounding (dense or low-rank H) choo
 the integers of the paper's column-by-column algorithm (issue 23). Equalization keeps
 the float function and lowers the error of per-tensor weights; bias correction lowers
 the error of per-tensor weights."""
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,8 @@ from npuopt.quant.tensors import WeightGrid
 from npuopt.quant.weight_plans import biases_of
 
 from conftest import output_mse, run_cfg
+
+FC = types.SimpleNamespace(type="FullyConnected")  # the layer a Problem built by hand stands for
 
 
 def small_model(path):
@@ -95,7 +99,7 @@ def textbook_gptq(problem, act_order: bool) -> torch.Tensor:
     w = w.gather(2, order.unsqueeze(1).expand(g, rows, k))
     h = h.gather(1, order.unsqueeze(2).expand(g, k, k)).gather(2, order.unsqueeze(1).expand(g, k, k))
     u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
-    scale, zp = (v[..., 0].double() if isinstance(v, torch.Tensor) else v for v in (problem.scale, problem.zp))
+    scale, zp = (v[..., 0].double() if isinstance(v, torch.Tensor) else v for v in problem.grid_values())
     q = torch.zeros_like(w)
     for i in range(k):
         q[..., i] = torch.round(w[..., i] * scale - zp).clamp(problem.qmin, problem.qmax)
@@ -121,8 +125,8 @@ def test_gptq_rounds_as_the_paper_s_column_by_column_algorithm(groups, rows, k, 
                  torch.randint(-3, 4, (groups, rows, 1), generator=gen).float()) if per_row else (9.0, 0.0)
     forms = [(h, None)] + ([(None, low)] if 2 * patches < k else [])
     for dense, factor in forms:
-        grid = WeightGrid(scale, zp, -7, 7, 4, 0, w.shape)
-        problem = _layers.Problem(None, w, dense, factor, c, damp, scale, zp, grid, None, None)
+        grid = WeightGrid(*(v.reshape(-1) if per_row else v for v in (scale, zp)), -7, 7, 4, 0, (groups * rows, k))
+        problem = _layers.Problem(FC, w, dense, factor, c, damp, grid, None, None)
         for act_order in (True, False):
             want = textbook_gptq(problem, act_order)
             for block in (1, 8, 128):
@@ -144,12 +148,17 @@ def test_gptq_rounds_a_few_rows_at_a_time_as_all_at_once(monkeypatch, grid):
     w = torch.randn(groups, rows, k, generator=gen) * 0.3
     c = w @ h + 0.01 * torch.randn(groups, rows, k, generator=gen)
     damp = 0.01 * h.diagonal(dim1=1, dim2=2).mean(1).reshape(groups, 1, 1)
-    columns = {"tensor": 0, "row": 1, "block": k}[grid]
-    scale, zp = (torch.rand(groups, rows, columns, generator=gen) * 10 + 5,
-                 torch.randint(-3, 4, (groups, rows, columns), generator=gen).float()) if columns else (9.0, 0.0)
+    block = 5 if grid == "block" else None  # 24 columns: four blocks of 5 and one of 4
+    values = {"tensor": 0, "row": groups * rows, "block": groups * rows * 5}[grid]
+    scale, zp = (torch.rand(values, generator=gen) * 10 + 5,
+                 torch.randint(-3, 4, (values,), generator=gen).float()) if values else (9.0, 0.0)
+    weight_grid = WeightGrid(scale, zp, -7, 7, 4, 0, (groups * rows, k), block)
     for dense, factor in [(h, None), (None, low)]:
-        problem = _layers.Problem(None, w, dense, factor, c, damp, scale, zp, WeightGrid(scale, zp, -7, 7, 4, 0, w.shape),
-                                  None, None)
+        problem = _layers.Problem(FC, w, dense, factor, c, damp, weight_grid, None, None)
+        if block:  # the values per weight, made for a few rows, are those rows' of the whole
+            whole_scale = weight_grid.along(scale).reshape(groups, rows, k)
+            assert torch.equal(problem.grid_values()[0], whole_scale)
+            assert torch.equal(problem.grid_values(2, 5)[0], whole_scale[:, 2:5])
         whole = gptq.round_columns(problem, True, 8)
         monkeypatch.setattr(gptq, "ROWS_AT_ONCE", 3)
         assert torch.equal(gptq.round_columns(problem, True, 8), whole), dense is None

@@ -52,9 +52,7 @@ class Problem:
     low_rank: Optional[torch.Tensor]  # L [groups, K, P] with L L^T = H, from P patches, fewer than K / 2
     C: torch.Tensor           # [groups, rows, K], float32
     damp: torch.Tensor        # [groups, 1, 1], float32
-    scale: object             # the grid's scale and zero point: numbers, or [groups, rows, 1]
-    zp: object
-    grid: object              # the layer's tensors.WeightGrid (its rounding: to_grid)
+    grid: object              # the layer's tensors.WeightGrid (its scale, zero point and rounding)
     mean_q: Optional[torch.Tensor]   # E[x_q] [groups, K] and E[W x_f + b] [groups, rows] when free_bias
     mean_out: Optional[torch.Tensor]
 
@@ -75,8 +73,7 @@ class Problem:
         diag = _power(h, low_rank).mean(dim=1)
         lam = damp * torch.where(diag > 0, diag, torch.ones_like(diag))
         grid = QT.weight_grid(node, "weights", axis=0, groups=_grid_groups(node))
-        return cls(node, w, h, low_rank, cw.to(torch.float32), lam.reshape(-1, 1, 1),
-                   _grouped(node, grid, grid.scale, w), _grouped(node, grid, grid.zp, w), grid,
+        return cls(node, w, h, low_rank, cw.to(torch.float32), lam.reshape(-1, 1, 1), grid,
                    mean_q.to(torch.float32) if free_bias else None,
                    (mean_out + biases).to(torch.float32) if free_bias else None)
 
@@ -85,12 +82,20 @@ class Problem:
         return _power(self.H, self.low_rank)
 
     # ---- the grid ----
+    def grid_values(self, r0: int = 0, r1: Optional[int] = None) -> tuple:
+        """The grid's (scale, zero point) beside weight rows [r0, r1) of every group:
+        numbers, [groups, rows, 1] per channel, [groups, rows, K] per block. Made when asked
+        for: per block they are a value per weight (kept, a decoder's head held 226 MB)."""
+        return tuple(_grouped(self.node, self.grid, v, self.weights, r0, r1) for v in (self.grid.scale, self.grid.zp))
+
     def units(self, w: torch.Tensor) -> torch.Tensor:
         """Weights in steps of the grid: w * scale - zp (integers on the grid)."""
-        return w * self.scale - self.zp
+        scale, zp = self.grid_values()
+        return w * scale - zp
 
     def dequantize(self, q: torch.Tensor) -> torch.Tensor:
-        return (q + self.zp) / self.scale
+        scale, zp = self.grid_values()
+        return (q + zp) / scale
 
     @property
     def qmin(self) -> int:
@@ -116,7 +121,7 @@ class Problem:
         errors = []
         for r in CLIP_RATIOS.tolist():
             grid = QT.weight_grid(node, "weights", 0, groups, (lo * r, hi * r))
-            scale, zp = _grouped(node, grid, grid.scale, self.weights), _grouped(node, grid, grid.zp, self.weights)
+            scale, zp = (_grouped(node, grid, v, self.weights) for v in (grid.scale, grid.zp))
             w = (self.to_grid(self.weights * scale - zp) + zp) / scale
             errors.append(self.block_errors(w, block, gradient) if block else self.row_errors(w))
         errors = torch.stack(errors, dim=-1)            # [groups, rows, (blocks,) ratios]
@@ -132,7 +137,6 @@ class Problem:
             best = CLIP_RATIOS[errors.sum(dim=1).argmin(dim=-1).cpu()].repeat_interleave(errors.shape[1])
         QT.plan_weight_range(node, "weights", lo * best, hi * best)
         self.grid = QT.weight_grid(node, "weights", 0, groups)
-        self.scale, self.zp = (_grouped(node, self.grid, v, self.weights) for v in (self.grid.scale, self.grid.zp))
 
     def block_errors(self, w: torch.Tensor, block: int, gradient: torch.Tensor) -> torch.Tensor:
         """The output error's rise from the float weights W to w per block along K [groups,
@@ -191,15 +195,19 @@ def _power(h: Optional[torch.Tensor], low_rank: Optional[torch.Tensor]) -> torch
     return h.diagonal(dim1=1, dim2=2) if h is not None else low_rank.pow(2).sum(2)
 
 
-def _grouped(node, grid, v, w: torch.Tensor):
-    """A grid number, or its tensor beside weights w [groups, rows, K]: [groups, rows, 1]
-    per channel (a transposed layer's row serving every group), [groups, rows, K] per
-    block (a value per weight)."""
+def _grouped(node, grid, v, w: torch.Tensor, r0: int = 0, r1: Optional[int] = None):
+    """A grid number, or its tensor beside rows [r0, r1) of weights w [groups, rows, K]:
+    [groups, rows, 1] per channel (a transposed layer's row serving every group),
+    [groups, rows, K] per block (a value per weight, made for those rows alone)."""
     if not isinstance(v, torch.Tensor):
         return float(v)
-    if grid.block:
-        return as_matrices(node, grid.along(v).to(w.device).reshape(grid.shape))
-    return v.to(w.device).reshape(-1, w.shape[1], 1).expand(w.shape[0], w.shape[1], 1).contiguous()
+    groups, rows, k = w.shape
+    v = v.to(w.device)
+    if grid.block and _rows_serve_every_group(node):
+        return as_matrices(node, grid.along(v).reshape(grid.shape))[:, r0:r1]
+    if grid.block:  # channel-major blocks along K, as as_matrices orders a row's weights
+        return v.reshape(groups, rows, -1)[:, r0:r1].repeat_interleave(grid.block, dim=2)[..., :k]
+    return v.reshape(-1, rows, 1).expand(groups, rows, 1)[:, r0:r1].contiguous()
 
 
 # ---- a layer's weights as one matrix per group -----------------------------------------

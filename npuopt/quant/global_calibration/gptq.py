@@ -71,7 +71,7 @@ def _round_rows(problem, factor, back, blocks, r0: int, r1: int) -> torch.Tensor
     # in steps of the grid (times scale, before the zero point), column j's value before
     # rounding is (a_j - sum_{i>j} y_i L_ij) / L_jj, and y = Q + zp once rounded; a grid
     # with a scale per column (per block) works in the weights' own units instead
-    scale, zp = part(problem.scale), part(problem.zp)
+    scale, zp = problem.grid_values(r0, r1)
     per_column = isinstance(scale, torch.Tensor) and scale.shape[-1] > 1
     if per_column:
         scale, zp = (v.gather(2, columns).double() for v in (scale, zp))
