@@ -223,7 +223,7 @@ class OptMaster:
         calls = [c for c in self.methods if c.method.stage == stage]
         if not calls:
             return
-        if any(c.method.edits_float for c in calls):
+        if any(c.method.edits_float for c in calls) and self.metrics_follow:  # the metrics' reference
             self.keep_original()
         started = time.perf_counter()
         ran = gc.run_stage(stage, calls, self.calibration_context())
@@ -234,7 +234,8 @@ class OptMaster:
         self.report.setdefault("global_calibration", []).extend(ran)
 
     def keep_original(self):
-        """The float model as read, kept before a stage edits it: the metrics' reference."""
+        """The float model as read, kept before a stage edits it: the metrics' reference
+        (without metrics no copy: a decoder's float weights again)."""
         if self.original is None:
             self.original = copy.deepcopy(self.graph)
         return self.original

@@ -69,6 +69,10 @@ def test_smoothing_keeps_the_float_function_and_lowers_the_error(tmp_path):
     smoothed = master.graph.forward([x])[0]
     assert torch.allclose(smoothed, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
     assert error < 0.9 * nearest, (error, nearest)  # measured: 0.220 against 0.273
+    assert master.original is None  # no metrics: the float model before smoothing is not kept
+    measured = run(tmp_path, "smooth_quant_zy", data="data.npy")  # metrics follow: the reference is kept
+    kept = measured.original.node("norm").get_constant("weights").betensor
+    assert float(kept[OUTLIERS].min()) > float(measured.graph.node("norm").get_constant("weights").betensor[OUTLIERS].max())
 
 
 def test_auto_tune_picks_the_alpha_of_least_error(tmp_path, caplog):
