@@ -21,11 +21,8 @@ LARGE_WEIGHTS = 256 << 20  # constants from which a forward gives freed memory b
 
 
 class PyGraph:
-    """Layers plus a `networkx.DiGraph` of who feeds whom.
-
-    `header` keeps the graph file's header keys (other than the ones this
-    class owns) so that they are written back unchanged.
-    """
+    """Layers plus a `networkx.DiGraph` of who feeds whom; `header` keeps the graph file's
+    header keys (other than the ones this class owns) so that they are written back unchanged."""
 
     def __init__(self, name: str = "model"):
         self.name = name
@@ -41,7 +38,7 @@ class PyGraph:
         self.running: Optional[PyNode] = None  # the layer the last forward ran last (where one failed)
         self._data_dependent: Optional[Set[str]] = None  # see data_dependent_tensors
         self._weight_bytes: Optional[int] = None  # see holds_large_weights
-        self.weights_released = False  # see release_weights
+        self.weights_released = False  # see memory.release_weights
 
     # ---- structure -------------------------------------------------------
     def set_layers(self, nodes: Sequence[PyNode], input_names: Sequence[str],
@@ -171,15 +168,6 @@ class PyGraph:
                 c.betensor = c.betensor.to(device)
         return self
 
-    def release_weights(self) -> None:
-        """Drop the constants' values (their tensors live on where another graph shares
-        them): a large model's float graph once nothing will run it (OptMaster.quantize).
-        Its structure, settings and plan stay readable; running it stops with an error."""
-        for node in self.nodes:
-            for c in node.constants.values():
-                c.betensor = torch.empty(0, dtype=c.betensor.dtype)
-        self.weights_released = True
-
     def forward(self, inputs: Sequence[torch.Tensor], keep_tensors: bool = False,
                 check_shapes: bool = True, after_node=None, whole_batch: bool = False) -> List[torch.Tensor]:
         """Run every layer; returns the output tensors' values.
@@ -195,9 +183,8 @@ class PyGraph:
         samples' values concatenated along the first axis), as if it had run as one:
         calibration's unit of statistics is the batch, however the graph runs it.
         """
-        if self.weights_released:
-            raise GraphError(f"graph '{self.name}': its weights were released once its quantized graph was built "
-                             f"(a large model's run without metrics): it cannot run")
+        if self.weights_released:  # memory.release_weights
+            raise GraphError(f"graph '{self.name}': its weights were released once it was quantized: it cannot run")
         batch = inputs[0].shape[0] if inputs and inputs[0].dim() else 1
         if batch > 1 and not self.keeps_samples_apart():
             samples = [[x[i:i + 1] if x.dim() and x.shape[0] == batch else x for x in inputs] for i in range(batch)]

@@ -63,3 +63,15 @@ def give_back_if_grown() -> None:
         _after_last[0] = resident_bytes()
     elif now < _after_last[0]:
         _after_last[0] = now
+
+
+def release_weights(graph) -> None:
+    """Drop a graph's constant values (tensors another graph shares live on there): a large
+    model's float graph once nothing will run it (OptMaster.quantize). Its structure,
+    settings and plan stay readable; running it stops with an error (PyGraph.forward)."""
+    import torch  # here alone: the rest of this module is the C heap's
+    for node in graph.nodes:
+        for c in node.constants.values():
+            c.betensor = torch.empty(0, dtype=c.betensor.dtype)
+    graph.weights_released = True
+    give_back_freed_memory()

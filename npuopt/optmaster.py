@@ -22,7 +22,7 @@ from .feed import Feed
 from .fine_tuning import check_training_data, fine_tune
 from .ir import is_pre_quantized, read_graph, write_graph
 from .logger import OPT_INFO, OPT_WARN
-from .memory import give_back_freed_memory
+from .memory import release_weights
 from .mixed_precision import check_search_data, search_mixed_precision, search_precision
 from .outputs import RunOutputs, run_inputs, safe_name
 from .passes import run_stage1
@@ -223,8 +223,8 @@ class OptMaster:
         calls = [c for c in self.methods if c.method.stage == stage]
         if not calls:
             return
-        if any(c.method.edits_float for c in calls) and self.metrics_follow:  # the metrics' reference
-            self.keep_original()
+        if any(c.method.edits_float for c in calls) and self.cfg.dataset and self.cfg.data and self.original is None:
+            self.original = copy.deepcopy(self.graph)  # the metrics' reference, before a method edits it
         started = time.perf_counter()
         ran = gc.run_stage(stage, calls, self.calibration_context())
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
@@ -232,13 +232,6 @@ class OptMaster:
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)
-
-    def keep_original(self):
-        """The float model as read, kept before a stage edits it: the metrics' reference
-        (without metrics no copy: a decoder's float weights again)."""
-        if self.original is None:
-            self.original = copy.deepcopy(self.graph)
-        return self.original
 
     def after_calibration(self) -> None:
         search_precision(self)  # global calibration then rounds the chosen formats
@@ -253,11 +246,8 @@ class OptMaster:
         """The quantized graph, checked by a zero-input forward, and its files."""
         self.qgraph = self.plan.build()
         keep = self.plan.float_kept
-        if self.graph.holds_large_weights() and not self.metrics_follow:
-            for graph in (self.graph, self.original):  # nothing runs them again: half a decoder's peak
-                if graph is not None:
-                    graph.release_weights()
-            give_back_freed_memory()
+        if not (self.cfg.dataset and self.cfg.data) and self.graph.holds_large_weights():
+            release_weights(self.graph)  # nothing runs it again (nor keeps a copy): half a decoder's peak
         self.qgraph.to(self.device)
         self.qgraph.zero_forward(device=self.device)
         OPT_INFO(f"quantized {sum(n.quantized for n in self.qgraph.nodes)} layers; kept in float: "
@@ -277,14 +267,9 @@ class OptMaster:
         self.report["layers"] = quantization_rows(self.qgraph, self.graph)
 
     # ---- step 10 ---------------------------------------------------------------------
-    @property
-    def metrics_follow(self) -> bool:
-        """Whether `evaluate` will compute metrics (they run the float model too)."""
-        return bool(self.cfg.dataset and self.cfg.data)
-
     def evaluate(self) -> None:
         cfg = self.cfg
-        if not self.metrics_follow:
+        if not (cfg.dataset and cfg.data):
             OPT_INFO("no 'dataset'/'data' configured: skipping metrics")
             return
         dataset = self.metric_dataset or make_dataset(cfg.dataset, cfg.data, cfg.label or None, field="data")

@@ -324,13 +324,13 @@ def test_gptq_rounds_onto_a_minifloat_grid_with_less_error_than_nearest(name):
     grid = WeightGrid(scale, 0, -largest, largest, 8, 0, w.shape, None, name)
 
     class Problem:
-        weights, H, low_rank, C, damp, zp = w, h, None, w @ h, torch.full((1, 1, 1), 1e-3), 0
+        weights, H, low_rank, C, damp = w, h, None, w @ h, torch.full((1, 1, 1), 1e-3)
 
         @staticmethod
         def input_power():
             return h.diagonal(dim1=1, dim2=2)
 
-    Problem.scale, Problem.to_grid = scale, staticmethod(grid.to_grid)
+    Problem.grid_values, Problem.to_grid = staticmethod(lambda r0=0, r1=None: (scale, 0)), staticmethod(grid.to_grid)
     q = round_columns(Problem, act_order=True, block=16)
 
     def error(v):

@@ -244,6 +244,9 @@ class _Problem:
     def input_power(self):
         return self.H.diagonal(dim1=1, dim2=2)
 
+    def grid_values(self, r0=0, r1=None):
+        return self.scale[:, r0:r1], self.zp[:, r0:r1]
+
     def to_grid(self, v):
         return v.round().clamp(self.qmin, self.qmax)
 
@@ -286,7 +289,7 @@ def test_block_errors_are_each_block_s_change_of_the_output_error(low_rank):
     w = torch.randn(1, rows, k, generator=gen)
     c = w @ h + 0.1 * torch.randn(1, rows, k, generator=gen)      # the float output is not W x_q's
     problem = Problem(None, w, None if low_rank else h, v if low_rank else None, c, torch.full((1, 1, 1), 0.05),
-                      1.0, 0.0, None, None, None)
+                      None, None, None)
     new = w + 0.2 * torch.randn(1, rows, k, generator=gen)
     got = problem.block_errors(new, block, problem.gradient(w))
     assert got.shape == (1, rows, 3)
