@@ -13,7 +13,6 @@ least error on it is what is kept. A cfg's `train` names a Train plugin instead 
 Compass Optimizer's QAT training loop: called with the model, a DataLoader of
 train_data/train_label and the device).
 """
-import copy
 import dataclasses
 import math
 import time
@@ -74,9 +73,7 @@ def fine_tune(master) -> None:
     cfg = master.cfg
     if not cfg.train_data:
         return
-    if master.original is None:  # the float model before fine-tuning edits it: the teacher
-        master.original = copy.deepcopy(master.graph)
-    teacher = master.original
+    teacher = master.keep_original()
     started = time.perf_counter()
     dataset = make_dataset(cfg.dataset, cfg.train_data, cfg.train_label or None, field="train_data")
     if len(dataset) == 0:

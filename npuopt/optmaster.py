@@ -223,8 +223,8 @@ class OptMaster:
         calls = [c for c in self.methods if c.method.stage == stage]
         if not calls:
             return
-        if any(c.method.edits_float for c in calls) and self.cfg.dataset and self.cfg.data and self.original is None:
-            self.original = copy.deepcopy(self.graph)  # the metrics' reference, before a method edits it
+        if any(c.method.edits_float for c in calls) and self.metric_dataset is not None:  # the metrics' reference
+            self.keep_original()
         started = time.perf_counter()
         ran = gc.run_stage(stage, calls, self.calibration_context())
         for node in self.graph.nodes:  # layers a method added (insert_norm_if_none) bring their settings
@@ -232,6 +232,10 @@ class OptMaster:
         OPT_INFO(f"global calibration ({stage.replace('_', ' ')}): {' & '.join(ran)} in "
                  f"{time.perf_counter() - started:.1f} s")
         self.report.setdefault("global_calibration", []).extend(ran)
+
+    def keep_original(self):  # the float model as read, before a stage edits it (metrics', fine-tuning's reference)
+        self.original = self.original or copy.deepcopy(self.graph)
+        return self.original
 
     def after_calibration(self) -> None:
         search_precision(self)  # global calibration then rounds the chosen formats
@@ -246,7 +250,7 @@ class OptMaster:
         """The quantized graph, checked by a zero-input forward, and its files."""
         self.qgraph = self.plan.build()
         keep = self.plan.float_kept
-        if not (self.cfg.dataset and self.cfg.data) and self.graph.holds_large_weights():
+        if self.metric_dataset is None and self.graph.holds_large_weights():
             release_weights(self.graph)  # nothing runs it again (nor keeps a copy): half a decoder's peak
         self.qgraph.to(self.device)
         self.qgraph.zero_forward(device=self.device)

@@ -6,7 +6,6 @@ bench/bench_memory.py measures the Lite0 model test's peak.
 Issue 23: the float model's weights are held once: the quantized graph holds the float
 constants that quantizing does not change (quantizer.kept_tensors), which no quantize
 function of npuopt's writes into. bench/bench_memory.py --model vit_b_16 measures ViT-B/16."""
-import json
 import math
 import subprocess
 import sys
