@@ -29,6 +29,7 @@ from ..quant import tensors as QT
 from ..quant.fields import FloatScale, Rescale, remain_shift, write_remain_shift
 from ..quant.settings import settings_of
 from ..registry import OpType
+from ..tensor import PyTensor
 from .activation import fused_forward, fused_method, quantize_fused
 
 
@@ -61,6 +62,8 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
     w_sums = QT.integer_weights(w).reshape(w.ir_shape[0], -1).sum(dim=1)
     b_scale = (torch.tensor(x.scale, dtype=torch.float32) * w_scale) if isinstance(w_scale, torch.Tensor) \
         else float(torch.tensor(x.scale, dtype=torch.float32) * torch.tensor(w_scale, dtype=torch.float32))
+    if int(x.zerop) and "biases" not in node.constants:  # the input zero point's fold is carried by biases
+        node.constants["biases"] = PyTensor("biases", torch.zeros(w.ir_shape[0]), Dtype.FP32, (w.ir_shape[0],))
     QT.quantize_biases(node, b_scale, w_sums, int(x.zerop))
     quantize_fused(node, out)
     write_remain_shift(node, remain if ahead else None)

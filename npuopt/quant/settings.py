@@ -175,8 +175,8 @@ def layer_settings(cfg, graph) -> Dict[str, QuantSettings]:
     return {name: QuantSettings(**values) for name, values in layer_values(cfg, graph).items()}
 
 
-def layer_values(cfg, graph) -> Dict[str, dict]:
-    """Each layer's setting values in one precedence pass: the cfg's value; "extrema" for
+def layer_values(cfg, graph, nodes=None) -> Dict[str, dict]:
+    """Each layer's (or only `nodes`') setting values in one precedence pass: the cfg's value; "extrema" for
     a layer writing a graph output; quant_type's bits (and formats); the cfg's per-layer
     forms (`x & <[Type]:y>`, OPT's float modes); the layer's entry in the JSON opt_config
     ({"layer": {"weight_bits": 4}}). What QuantSettings derives (multiplier_bits left 0)
@@ -196,8 +196,8 @@ def layer_values(cfg, graph) -> Dict[str, dict]:
         if node.subgraphs and not values["trigger_float_op"]:
             values["trigger_float_op"] = control_flow_float_mode(cfg)
         return values
-    values = {node.name: of(node) for node in graph.nodes}
-    for node in _read_as_integers(graph, values, graph_outputs, opt_config):
+    values = {node.name: of(node) for node in nodes or graph.nodes}
+    for node in [] if nodes else _read_as_integers(graph, values, graph_outputs, opt_config):
         values[node.name] = of(node, integer=True)
     return values
 
