@@ -54,6 +54,7 @@ def run(path, method, **fields):
         "calibration_data": "data.npy", "calibration_batch_size": "8",
         "quantize_method_for_weight": "per_channel_symmetric_restricted_range", "global_calibration": method,
         "trigger_float_op": "Eltwise",  # as on a decoder's residual Adds (the down projection's output stays wide)
+        "calibration_strategy_for_activation": "extrema",  # the first token's outliers are the calibration's largest
         **fields})
 
 
@@ -72,7 +73,7 @@ def test_outliers_get_layers_of_their_own_and_the_error_falls(tmp_path):
                                          "up_outliers", "mul_outliers", "down_outliers", "down_outliers_add"]
     assert g.node("down_outliers_add").outputs[0].name == "down"  # the readers' tensor, as before
     assert torch.allclose(g.forward([x])[0], want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
-    assert error < 0.2 * unsplit, (error, unsplit)  # measured: 0.0124 against 0.255
+    assert error < 0.2 * unsplit, (error, unsplit)  # measured: 0.0111 against 0.256
 
 
 def test_an_input_without_outliers_is_left_alone(tmp_path, caplog):

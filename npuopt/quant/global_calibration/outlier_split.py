@@ -31,7 +31,6 @@ from ...logger import OPT_INFO
 from ...node import PyNode
 from ...registry import OpType
 from ...tensor import PyTensor
-from ..settings import settings_of
 from . import global_calibration
 from ._params import read_params
 from ._smoothing import ChannelStatistics
@@ -110,20 +109,20 @@ def _columns(node: PyNode, index: torch.Tensor) -> None:
     c.ir_shape = tuple(c.betensor.shape)
 
 
-def _copy(node: PyNode, name: str) -> PyNode:
+def _copy(node: PyNode, name: str, plan) -> PyNode:
     twin = PyNode(name, node.type)
     twin.params = copy.deepcopy(node.params)
     twin.constants = {k: PyTensor(c.name, c.betensor.clone(), c.dtype, tuple(c.ir_shape))
                       for k, c in node.constants.items()}
-    twin.attrs["qsettings"] = copy.deepcopy(settings_of(node))
+    twin.attrs["qsettings"] = plan.settings_for(twin)
     return twin
 
 
 def split(graph, fc: PyNode, chain: List[PyNode], outliers: torch.Tensor, taken: set, plan) -> List[PyNode]:
     """Split fc's input channels `outliers` off into copies of `chain` and of fc, summed
     with fc's other columns by an Eltwise ADD that writes fc's output; the new nodes, in
-    the order they run (copies of the chain, fc's copy, the sum), to follow fc. The copies
-    take their originals' settings, the sum those the cfg (the run's `plan`) gives it."""
+    the order they run (copies of the chain, fc's copy, the sum), to follow fc. Each takes
+    the settings the cfg gives it by its type and name, as in a run of the split graph."""
     channels = fc.inputs[0].ir_shape[-1]
     keep = torch.ones(channels, dtype=torch.bool)
     keep[outliers] = False
@@ -137,7 +136,7 @@ def split(graph, fc: PyNode, chain: List[PyNode], outliers: torch.Tensor, taken:
 
     copies, renamed = [], {}
     for node in chain:
-        twin = _copy(node, fresh(f"{node.name}_outliers"))
+        twin = _copy(node, fresh(f"{node.name}_outliers"), plan)
         twin.inputs = [renamed.get(x.name, x) for x in node.inputs]
         twin.outputs = [_tensor(node.outputs[0], fresh(f"{node.outputs[0].name}_outliers"), len(outliers))]
         renamed[node.outputs[0].name] = twin.outputs[0]
@@ -147,7 +146,7 @@ def split(graph, fc: PyNode, chain: List[PyNode], outliers: torch.Tensor, taken:
             _rows(node, inliers)
         copies.append(twin)
     out = fc.outputs[0]
-    twin = _copy(fc, fresh(f"{fc.name}_outliers"))
+    twin = _copy(fc, fresh(f"{fc.name}_outliers"), plan)
     twin.constants.pop("biases", None)
     _columns(twin, outliers)
     _columns(fc, inliers)
@@ -157,7 +156,7 @@ def split(graph, fc: PyNode, chain: List[PyNode], outliers: torch.Tensor, taken:
     total = PyNode(fresh(f"{fc.name}_outliers_add"), OpType.Eltwise)
     total.params.update(method="ADD", with_activation="NONE")
     total.inputs, total.outputs = [fc.outputs[0], twin.outputs[0]], [out]
-    total.attrs["qsettings"] = plan.settings_for(total) if plan is not None else copy.deepcopy(settings_of(fc))
+    total.attrs["qsettings"] = plan.settings_for(total)
     return copies + [twin, total]
 
 
