@@ -73,7 +73,11 @@ def test_outliers_get_layers_of_their_own_and_the_error_falls(tmp_path):
                                          "up_outliers", "mul_outliers", "down_outliers", "down_outliers_add"]
     assert g.node("down_outliers_add").outputs[0].name == "down"  # the readers' tensor, as before
     assert torch.allclose(g.forward([x])[0], want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
-    assert error < 0.2 * unsplit, (error, unsplit)  # measured: 0.0111 against 0.256
+    bits = {name: st.activation_bits for name, st in master.plan.settings.items()}
+    assert {n: bits[n] for n in ("up", "down", "up_outliers", "down_outliers", "down_outliers_add")} == \
+        {"up": 8, "down": 8, "up_outliers": 16, "down_outliers": 16, "down_outliers_add": 8}  # outlier_bits (16)
+    assert master.qgraph.node("down_outliers").inputs[0].dtype.name == "INT16"
+    assert error < 0.2 * unsplit, (error, unsplit)  # measured: 0.0047 against 0.256
 
 
 def test_an_input_without_outliers_is_left_alone(tmp_path, caplog):
@@ -103,7 +107,7 @@ def test_bad_params_stop_with_one_line(tmp_path):
 def asymmetric(path):
     """The split MLP quantized with asymmetric activations: (OptMaster, quantized IR path)."""
     mlp(path)
-    master = run(path, "split_outlier_channels", quantize_method_for_activation="per_tensor_asymmetric")
+    master = run(path, "split_outlier_channels[16, 32, 0]", quantize_method_for_activation="per_tensor_asymmetric")
     return master, path / "out_split_outlier_channels" / "mlp_o.txt"
 
 

@@ -53,9 +53,10 @@ class QuantPlan:
         self.float_kept: Set[str] = set()
         self._realised = None
 
-    def settings_for(self, node) -> QuantSettings:
-        """The settings the cfg gives a layer a global calibration method adds to the graph."""
-        return QuantSettings(**layer_values(self.cfg, self.graph, [node])[node.name])
+    def settings_for(self, node, **changed) -> QuantSettings:
+        """The settings the cfg gives a layer a global calibration method adds to the graph,
+        with the values `changed` (what they derive derived anew)."""
+        return QuantSettings(**{**layer_values(self.cfg, self.graph, [node])[node.name], **changed})
 
     def adopt(self, node) -> None:
         """A layer a global calibration method added, with the settings it brought."""
