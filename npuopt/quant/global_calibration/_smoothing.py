@@ -161,10 +161,11 @@ def _keeps_last_axis(node, channels: int) -> bool:
 class ChannelStatistics:
     """Of the input of each producer's FullyConnected layers ({producer name: layers},
     as smoothable finds them) over the calibration set, per channel j of its last axis:
-    max |X_j| and mean |X_j| (float64), and its first SAMPLE_ROWS rows (float32 [rows,
-    channels])."""
+    max |X_j| and mean |X_j| (float64), and its first `rows` rows (float32 [rows,
+    channels]; kept only where a method measures choices on them: a decoder's are
+    a gigabyte)."""
 
-    def __init__(self, ctx, found: Dict[str, List[object]], desc: str):
+    def __init__(self, ctx, found: Dict[str, List[object]], desc: str, rows: int = SAMPLE_ROWS):
         nodes = {fcs[0].inputs[0].name: name for name, fcs in found.items()}
         self.maxima, self.means, self.rows = {}, {}, {}
         sums, counts = {}, {}
@@ -178,7 +179,7 @@ class ChannelStatistics:
                     sums[name] = sums.get(name, 0.0) + x.abs().double().sum(0)
                     counts[name] = counts.get(name, 0) + x.shape[0]
                     kept = self.rows.get(name, x[:0])
-                    self.rows[name] = torch.cat([kept, x[:SAMPLE_ROWS - len(kept)]])
+                    self.rows[name] = torch.cat([kept, x[:rows - len(kept)]])
 
         with torch.no_grad(), one_thread():
             for batch in ctx.progress(ctx.batches(), desc, unit="batch"):

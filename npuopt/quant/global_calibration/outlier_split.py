@@ -189,7 +189,8 @@ def split_outlier_channels(ctx, params) -> None:
     if not chains:
         OPT_INFO("split_outlier_channels: no FullyConnected layer's input comes from a subgraph it alone reads")
         return
-    stats = ChannelStatistics(ctx, {name: [graph.node(name)] for name in chains}, "split_outlier_channels: ranges")
+    stats = ChannelStatistics(ctx, {name: [graph.node(name)] for name in chains}, "split_outlier_channels: ranges",
+                              rows=0)
     taken = {n.name for n in graph.nodes} | {t.name for t in graph.tensors}
     changed = {"activation_bits": p["outlier_bits"]} if p["outlier_bits"] else {}
     added, done = {}, []

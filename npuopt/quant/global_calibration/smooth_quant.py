@@ -38,7 +38,7 @@ from ...logger import OPT_INFO
 from ...registry import OpType
 from . import global_calibration
 from ._params import read_params
-from ._smoothing import NORMS, ChannelStatistics, check_params, pairs, quantized_error, smooth, usable
+from ._smoothing import NORMS, SAMPLE_ROWS, ChannelStatistics, check_params, pairs, quantized_error, smooth, usable
 
 PARAMS = [  # name, default, minimum, integer
     ("default_alpha", 0.5, 0, False),  # share of the activation range moved into the weights
@@ -67,9 +67,10 @@ def smooth_quant_zy(ctx, params) -> None:
         raise ConfigError(f"field 'global_calibration': smooth_quant_zy's alpha_min and alpha_max must satisfy "
                           f"0 <= alpha_min <= alpha_max <= 1, got {p['alpha_min']:g} and {p['alpha_max']:g}")
     found, left = pairs(ctx, NORMS, p["insert_norm_if_none"], gated=(OpType.FullyConnected,))
-    stats = ChannelStatistics(ctx, found, "smooth_quant_zy: channel ranges") if found else None
     alphas = torch.linspace(p["alpha_min"], p["alpha_max"], p["nsteps"]).tolist() if p["auto_tune"] \
         else [p["default_alpha"]]
+    stats = ChannelStatistics(ctx, found, "smooth_quant_zy: channel ranges",
+                              rows=SAMPLE_ROWS if len(alphas) > 1 else 0) if found else None
     chosen = []
     for name, fcs in found.items():
         norm = ctx.graph.node(name)
