@@ -28,10 +28,14 @@ Formats (all FullyConnected layers quantized, the tied head included; the embedd
 the norms stay float where activations are float):
   w4b128 / w4b64: 4-bit asymmetric weights per block of 128 / 64, float16 activations
   w8ch: 8-bit symmetric weights per channel, float16 activations
-  w8a8sq: 8-bit per-channel weights and 8-bit activations, SmoothQuant (alpha 0.5) before
-          calibration; the residual adds and the RMSNorms kept in float (trigger_float_op =
-          Eltwise,RMSNorm): SmolLM2's residual stream carries massive activations (about
-          24,000 in a few channels), which no 8-bit grid of the whole tensor holds
+  w8a8sq: 8-bit per-channel weights and 8-bit per-tensor asymmetric activations (the
+          peer's grid), split_outlier_channels (the down projections' few outlier input
+          channels, their "massive activations", get layers of their own, with 16-bit
+          activations: up to 32 of 1,536 channels in a few layers) and SmoothQuant (alpha
+          0.5) before calibration; the residual adds and the RMSNorms kept in float
+          (trigger_float_op = Eltwise,RMSNorm): SmolLM2's residual stream carries massive
+          activations (about 24,000 in a few channels), which no 8-bit grid of the whole
+          tensor holds
 Methods: `rtn` (global_calibration = none: the floor), `gptq` (gptq_zy: OPT's defaults),
 `awq` (awq_zy then gptq_zy), `auto` (npuopt's default: GPTQ damped at 1.0 on the 4-bit
 layers, nearest rounding on 8-bit per-channel weights); --methods picks them (default
@@ -72,10 +76,11 @@ FORMATS = {  # name: (cfg lines, the peer's scheme suffix, the target's bound on
     "w8ch": (["quant_type = w8afp16", "quantize_method_for_weight = per_channel_symmetric_restricted_range"],
              "w8ch", 0.005),
     "w8a8sq": (["quant_type = w8a8", "quantize_method_for_weight = per_channel_symmetric_restricted_range",
-                "trigger_float_op = Eltwise,RMSNorm"], "w8a8", 0.03),
+                "quantize_method_for_activation = per_tensor_asymmetric", "trigger_float_op = Eltwise,RMSNorm"],
+               "w8a8", 0.03),
 }
 METHODS = {"rtn": "none", "gptq": "gptq_zy", "awq": "awq_zy & gptq_zy", "auto": "auto"}
-SMOOTH = "smooth_quant_zy[0.5]"
+SMOOTH = "split_outlier_channels & smooth_quant_zy[0.5]"
 PEER_SCHEMES = {"gptq": "gptq"}  # the peer's counterpart of npuopt's methods (its GPTQ only: npuopt's rtn is the floor)
 CFG = """[Common]
 graph = {ir}.txt

@@ -40,7 +40,8 @@ class Stream:
             node = self.graph.nodes[self.done]
             if any(t.name in self.last_use for t in node.outputs):
                 self._run(node)
-            else:
+            else:  # its inputs may be read last here (a decoder's K and V, by the present cache's layers)
+                self._release(node)
                 self.done += 1
         return self.graph.nodes[i]
 
@@ -70,12 +71,17 @@ class Stream:
             self.values[t.name] = values * self.batches if once else values
         for t in list(node.inputs) + list(node.outputs):
             t.betensor = torch.zeros(())
-            if self.last_use.get(t.name, -1) <= self.done:
-                self.values.pop(t.name, None)
+        self._release(node)
         if self.large:
             give_back_if_grown()
         self.done += 1
         return outputs
+
+    def _release(self, node) -> None:
+        """Drop the values of the layer's tensors that no later layer reads."""
+        for t in list(node.inputs) + list(node.outputs):
+            if self.last_use.get(t.name, -1) <= self.done:
+                self.values.pop(t.name, None)
 
     def close(self) -> None:
         self.values.clear()
