@@ -28,7 +28,9 @@ def constant_quantize(self, *args):
         out.qmin, out.qmax = out.dtype.qmin, out.dtype.qmax
         return
     v = c.betensor.detach().to(torch.float32)
-    finite = v[usable(v)]  # an attention mask's -inf or float32's lowest saturates at the grid's bottom
+    ok = usable(v)  # an attention mask's -inf or float32's lowest saturates at the grid's bottom
+    finite = v if bool(ok.all()) else v[ok]
+    del ok
     lo, hi = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
     if finite.numel() < v.numel() and out.planned_range is not None:  # a mask (calibration.plan_mask_ranges)
         lo, hi = min(lo, out.planned_range[0]), max(hi, out.planned_range[1])
