@@ -14,7 +14,8 @@ from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
 from npuopt.quant.global_calibration.outlier_split import outlier_count
 
-from conftest import npuopt_run_outputs, output_mse, run_cfg
+from conftest import npuopt_run_outputs, output_mse
+from test_smooth_quant import run as smooth_quant_run
 
 TOKENS, CHANNELS, HIDDEN = 16, 32, 48
 OUTLIERS = [5, 20]
@@ -48,11 +49,7 @@ def mlp(path, scale: float = 150.0):
 
 
 def run(path, method, **fields):
-    name = method.split("[")[0]
-    return run_cfg(path / f"{name}.cfg", **{
-        "graph": "mlp.txt", "model_name": "mlp", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
-        "calibration_data": "data.npy", "calibration_batch_size": "8",
-        "quantize_method_for_weight": "per_channel_symmetric_restricted_range", "global_calibration": method,
+    return smooth_quant_run(path, method, "mlp", **{
         "trigger_float_op": "Eltwise",  # as on a decoder's residual Adds (the down projection's output stays wide)
         "calibration_strategy_for_activation": "extrema",  # the first token's outliers are the calibration's largest
         **fields})

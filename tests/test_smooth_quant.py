@@ -44,10 +44,11 @@ def block(path, post_norm: bool):
     np.save(path / "data.npy", torch.randn(32, TOKENS, CHANNELS, generator=gen).numpy() * 2 + 1)
 
 
-def run(path, method, **fields):
+def run(path, method, model: str = "block", **fields):
+    """One run of the global calibration `method` on `model`.txt (per-channel 8-bit weights)."""
     name = method.split("[")[0]
     return run_cfg(path / f"{name}.cfg", **{
-        "graph": "block.txt", "model_name": "block", "output_dir": f"out_{name}", "dataset": "NumpyDataset",
+        "graph": f"{model}.txt", "model_name": model, "output_dir": f"out_{name}", "dataset": "NumpyDataset",
         "calibration_data": "data.npy", "calibration_batch_size": "8",
         "quantize_method_for_weight": "per_channel_symmetric_restricted_range", "global_calibration": method,
         **fields})
