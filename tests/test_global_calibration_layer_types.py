@@ -271,10 +271,11 @@ def test_a_stream_runs_a_layer_without_inputs_once_for_all_batches(tmp_path):
 
 
 @pytest.mark.parametrize("rows", [3, 40])
-def test_grams_of_a_layer_with_more_rows_than_inputs(rows):
+def test_grams_of_a_layer_with_more_rows_than_inputs(rows, monkeypatch):
     """_grams.grams: E[y_f x_q^T] and E[y_f] (y_f = W x_f) are summed as W E[x_f x_q^T] where
-    the layer has more rows than inputs (a decoder's head), else per patch: both equal the
-    sums over the patches themselves."""
+    the layer has more rows than inputs (a decoder's head; W's rows taken to float64 16 at a
+    time here), else per patch: both equal the sums over the patches themselves."""
+    monkeypatch.setattr(_grams, "ROWS", 16)
     from npuopt.quant.global_calibration._grams import Units, grams
     from npuopt.ranks import Ranks
     from test_quantize_ops import one_layer

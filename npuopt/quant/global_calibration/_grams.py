@@ -14,6 +14,7 @@ from ..compare import dequantized
 PATCH_BUDGET = 1 << 24   # patch values one Gram product reads at once (64 MB in float32)
 POSITIONS = 1 << 16      # patches a layer's Gram matrices are estimated from, at most
 PATCH_VALUES = 1 << 26   # and values of those patches, at most
+ROWS = 4096              # weight rows taken to float64 at once
 
 
 def patches(node, x: torch.Tensor, rows: torch.Tensor, qt=None) -> torch.Tensor:
@@ -86,10 +87,19 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
     for total in sums.values():
         total /= count
     if by_inputs:  # E[x_f x_q^T] and E[x_f] to the layer's rows
-        sums["cross"] = w.double() @ sums["cross"]
-        sums["mean_out"] = (w.double() @ sums["mean_out"].unsqueeze(-1)).squeeze(-1)
+        sums["cross"] = _rows_times(w, sums["cross"])
+        sums["mean_out"] = _rows_times(w, sums["mean_out"].unsqueeze(-1)).squeeze(-1)
     return (None, torch.cat(kept, dim=1)) if low_rank else (sums["gram"], None), sums["mean_q"], sums["cross"], \
         sums["mean_out"]
+
+
+def _rows_times(w: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """w [groups, rows, K] @ m [groups, K, n] in float64, ROWS rows of w at a time (a
+    decoder's head in float64 at once is 226 MB more)."""
+    out = torch.empty(w.shape[0], w.shape[1], m.shape[-1], dtype=torch.float64, device=w.device)
+    for r in range(0, w.shape[1], ROWS):
+        out[:, r:r + ROWS] = w[:, r:r + ROWS].double() @ m
+    return out
 
 
 def _add(sums: dict, terms: dict) -> None:
