@@ -69,11 +69,12 @@ class Problem:
             low_rank = ((x - mean_q.unsqueeze(1).float()) if free_bias else x).transpose(1, 2) / math.sqrt(x.shape[1])
         elif free_bias:  # the covariances (in place: h is K x K)
             h.baddbmm_(mean_q.unsqueeze(2).float(), mean_q.unsqueeze(1).float(), alpha=-1)
-        cw = cross - mean_out.unsqueeze(2) * mean_q.unsqueeze(1) if free_bias else cross
+        if free_bias:  # the cross-covariance (in place: a decoder's head's is 226 MB)
+            cross.baddbmm_(mean_out.unsqueeze(2), mean_q.unsqueeze(1), alpha=-1)
         diag = _power(h, low_rank).mean(dim=1)
         lam = damp * torch.where(diag > 0, diag, torch.ones_like(diag))
         grid = QT.weight_grid(node, "weights", axis=0, groups=_grid_groups(node))
-        return cls(node, w, h, low_rank, cw.to(torch.float32), lam.reshape(-1, 1, 1), grid,
+        return cls(node, w, h, low_rank, cross.to(torch.float32), lam.reshape(-1, 1, 1), grid,
                    mean_q.to(torch.float32) if free_bias else None,
                    (mean_out + biases).to(torch.float32) if free_bias else None)
 
