@@ -65,13 +65,11 @@ def outlier_count(maxima: torch.Tensor, min_gain: float, max_channels: int) -> i
     return int(ks[best]) if noise[best] * min_gain <= m[0] ** 2 * channels else 0
 
 
-def _subgraph(graph, fc, readers) -> Optional[List[PyNode]]:
+def _subgraph(graph, fc, readers, producers, outputs) -> Optional[List[PyNode]]:
     """The nodes computing fc's input channel by channel, producers first (None if
     there is no such subgraph only fc reads)."""
     channels = fc.inputs[0].ir_shape[-1]
-    outputs = {t.name for t in graph.output_tensors}
     found, todo = {}, [fc.inputs[0]]
-    producers = {t.name: n for n in graph.nodes for t in n.outputs}
     while todo:
         t = todo.pop()
         node = producers.get(t.name)
@@ -175,6 +173,8 @@ def split_outlier_channels(ctx, params) -> None:
     p = read_params("split_outlier_channels", params, PARAMS)
     graph = ctx.graph
     readers: Dict[str, List[PyNode]] = {}
+    producers = {t.name: n for n in graph.nodes for t in n.outputs}
+    outputs = {t.name for t in graph.output_tensors}
     for node in graph.nodes:
         for t in node.inputs:
             readers.setdefault(t.name, []).append(node)
@@ -183,7 +183,7 @@ def split_outlier_channels(ctx, params) -> None:
         if fc.type == OpType.FullyConnected and ctx.in_scope(fc) and len(fc.inputs) == 1 \
                 and str(fc.params.get("with_activation", "NONE")).upper() == "NONE" \
                 and fc.get_constant("weights").betensor.dim() == 2:
-            chain = _subgraph(graph, fc, readers)
+            chain = _subgraph(graph, fc, readers, producers, outputs)
             if chain:
                 chains[fc.name] = chain
     if not chains:
