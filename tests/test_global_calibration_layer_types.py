@@ -274,7 +274,9 @@ def test_a_stream_runs_a_layer_without_inputs_once_for_all_batches(tmp_path):
 def test_grams_of_a_layer_with_more_rows_than_inputs(rows, monkeypatch):
     """_grams.grams: E[y_f x_q^T] and E[y_f] (y_f = W x_f) are summed as W E[x_f x_q^T] where
     the layer has more rows than inputs (a decoder's head; W's rows taken to float64 16 at a
-    time here), else per patch: both equal the sums over the patches themselves."""
+    time here), else per patch: both equal the sums over the patches themselves, and the
+    centred cross term (centred in the inputs' space first where W multiplies it) the
+    cross-covariance."""
     monkeypatch.setattr(_grams, "ROWS", 16)
     from npuopt.quant.global_calibration._grams import Units, grams
     from npuopt.ranks import Ranks
@@ -284,11 +286,16 @@ def test_grams_of_a_layer_with_more_rows_than_inputs(rows, monkeypatch):
     node = one_layer("FullyConnected", [(8,)], dict(num_output=rows), {"weights": w, "biases": torch.zeros(rows)}).node("op")
     xf = [torch.randn(5, 8, generator=gen) for _ in range(3)]
     xq = [x + 0.1 * torch.randn(5, 8, generator=gen) for x in xf]
-    (h, low), mean_q, cross, mean_out = grams(node, xf, xq, None, w.unsqueeze(0), Units(Ranks(), 3, [0, 1, 2]))
+    units = Units(Ranks(), 3, [0, 1, 2])
+    (h, low), mean_q, cross, mean_out = grams(node, xf, xq, None, w.unsqueeze(0), units)
     pf, pq = torch.cat(xf).double(), torch.cat(xq).double()
-    assert torch.allclose(cross[0], (pf @ w.double().T).T @ pq / 15, rtol=1e-5, atol=1e-6)
-    assert torch.allclose(mean_out[0], (pf @ w.double().T).mean(0), rtol=1e-5, atol=1e-6)
+    yf = pf @ w.double().T
+    assert torch.allclose(cross[0].double(), yf.T @ pq / 15, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(mean_out[0], yf.mean(0), rtol=1e-5, atol=1e-6)
     assert torch.allclose(mean_q[0], pq.mean(0), rtol=1e-5, atol=1e-6)
+    centred = grams(node, xf, xq, None, w.unsqueeze(0), units, centred=True)[2]
+    covariance = (yf - yf.mean(0)).T @ (pq - pq.mean(0)) / 15
+    assert torch.allclose(centred[0].double(), covariance, rtol=1e-5, atol=1e-5)
 
 
 def test_a_stream_lets_go_of_what_only_a_passed_over_layer_reads():
@@ -304,3 +311,22 @@ def test_a_stream_lets_go_of_what_only_a_passed_over_layer_reads():
     stream = Stream(b.build(["fc2", "side"]), [[torch.ones(2, 4)], [torch.zeros(2, 4)]], one_thread=True)
     stream.until("fc2", through=True)
     assert "x" not in stream.values
+
+
+def test_a_stream_told_the_layers_asked_about_drops_what_only_a_later_passed_over_layer_reads():
+    """With `asked`, a value whose last reader is a passed-over layer at the graph's end (a
+    prefill's present-cache layers come after the head) goes once the layers that run have
+    read it, not at the end: SmolLM2's K and V of every layer were held through GPTQ."""
+    from npuopt.quant.global_calibration._stream import Stream
+    b = GraphBuilder("late_side")
+    b.input("x", [2, 4])
+    b.layer("FullyConnected", "fc", ["x"], dict(num_output=3), {"weights": torch.ones(3, 4), "biases": torch.zeros(3)})
+    b.layer("FullyConnected", "fc2", ["fc"], dict(num_output=2), {"weights": torch.ones(2, 3), "biases": torch.zeros(2)})
+    b.layer("Reshape", "side", ["x"], dict(shape=[8]))
+    graph = b.build(["fc2", "side"])
+    data = [[torch.ones(2, 4)], [torch.zeros(2, 4)]]
+    held, told = Stream(graph, data, one_thread=True), Stream(graph, data, one_thread=True, asked={"fc", "fc2"})
+    for stream in (held, told):
+        assert stream.until("fc2").name == "fc2"
+        assert [float(v.sum()) for v in stream.inputs(graph.node("fc2"))] == [24.0, 0.0]
+    assert "x" in held.values and "x" not in told.values

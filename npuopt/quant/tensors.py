@@ -220,6 +220,9 @@ def plan_weight_range(node, key: str, lo, hi) -> None:
     set_planned(node, "planned_ranges", key, None if lo is None else (lo, hi))
 
 
+ROUNDED_AT_ONCE = 1 << 22  # planned integers narrowed to their type per slice of this many
+
+
 def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
     """A global calibration method's rounding of constant `key` (integers on the layer's
     WeightGrid, or its minifloat values), used by quantize_weights instead of rounding to
@@ -229,11 +232,14 @@ def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
     if fmt != "int":  # minifloat values, kept as float32
         set_planned(node, "planned_integers", key, minifloat.round_to(q.detach().cpu(), fmt))
         return
-    q = q.detach().round().cpu()
-    lo, hi = (int(v) for v in q.aminmax()) if q.numel() else (0, 0)
+    q = q.detach().cpu()
+    lo, hi = (round(float(v)) for v in q.aminmax()) if q.numel() else (0, 0)
     kind = next(t for t in (torch.int8, torch.int16, torch.int32)
                 if torch.iinfo(t).min <= lo and hi <= torch.iinfo(t).max)
-    set_planned(node, "planned_integers", key, q.to(kind))
+    narrow = torch.empty(q.shape, dtype=kind)
+    for a, b in zip(narrow.reshape(-1).split(ROUNDED_AT_ONCE), q.reshape(-1).split(ROUNDED_AT_ONCE)):
+        a.copy_(b.round())  # a slice at a time: a decoder's head rounded whole is 113 MB more
+    set_planned(node, "planned_integers", key, narrow)
 
 
 def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
@@ -245,7 +251,7 @@ def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
     w = c.betensor
     q = planned(node, "planned_integers", key)
     if q is not None and tuple(q.shape) == tuple(w.shape):
-        return q.to(torch.float32).clamp(grid.qmin, grid.qmax)
+        return q.to(torch.float32, copy=True).clamp_(grid.qmin, grid.qmax)
     return grid.quantize(w.detach().to(torch.float32).cpu())
 
 

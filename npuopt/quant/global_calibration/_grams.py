@@ -28,13 +28,16 @@ def _real(v: torch.Tensor, qt) -> torch.Tensor:
     return (dequantized(qt, v) if qt is not None else v).to(torch.float32)
 
 
-def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Tensor, units: "Units") -> tuple:
+def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Tensor, units: "Units",
+          centred: bool = False) -> tuple:
     """(S, X, E[x_q] [groups, K], E[y_f x_q^T] [groups, rows, K], E[y_f] [groups, rows])
     over the patches x_q of the layer's input in the quantized graph, with y_f = W x_f
     the float layer's output before its biases and activation (weights w [groups, rows,
     K]): the float side needs no K x K matrix. S is E[x_q x_q^T] [groups, K,
     K] and X None, or, from fewer patches than half of K, X the patches themselves
-    [groups, P, K] and S None (both float32, the rest float64). Over at most POSITIONS
+    [groups, P, K] and S None (both float32, as is the cross term, the means float64).
+    `centred`: the cross-covariance E[y_f x_q^T] - E[y_f] E[x_q]^T in place of the
+    cross term (made in float64 before the layer's rows multiply it, where they do). Over at most POSITIONS
     patches (and PATCH_VALUES values: a depthwise layer's K x K Grams need fewer) drawn
     evenly from the calibration set, the same ones for a given set (reproducible); xq
     are `qt`'s integers. Patches whose values are not finite are left out, as
@@ -86,17 +89,21 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
                             f"its weights cannot be rounded from data")
     for total in sums.values():
         total /= count
+    if centred:
+        sums["cross"].baddbmm_(sums["mean_out"].unsqueeze(2), sums["mean_q"].unsqueeze(1), alpha=-1)
     if by_inputs:  # E[x_f x_q^T] and E[x_f] to the layer's rows
-        sums["cross"] = _rows_times(w, sums["cross"])
-        sums["mean_out"] = _rows_times(w, sums["mean_out"].unsqueeze(-1)).squeeze(-1)
+        sums["cross"] = _rows_times(w, sums["cross"], torch.float32)
+        sums["mean_out"] = _rows_times(w, sums["mean_out"].unsqueeze(-1), torch.float64).squeeze(-1)
+    else:
+        sums["cross"] = sums["cross"].to(torch.float32)
     return (None, torch.cat(kept, dim=1)) if low_rank else (sums["gram"], None), sums["mean_q"], sums["cross"], \
         sums["mean_out"]
 
 
-def _rows_times(w: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """w [groups, rows, K] @ m [groups, K, n] in float64, ROWS rows of w at a time (a
-    decoder's head in float64 at once is 226 MB more)."""
-    out = torch.empty(w.shape[0], w.shape[1], m.shape[-1], dtype=torch.float64, device=w.device)
+def _rows_times(w: torch.Tensor, m: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """w [groups, rows, K] @ m [groups, K, n] in float64, ROWS rows of w at a time, kept
+    as `dtype` (a decoder's head's in float64 at once is 226 MB more)."""
+    out = torch.empty(w.shape[0], w.shape[1], m.shape[-1], dtype=dtype, device=w.device)
     for r in range(0, w.shape[1], ROWS):
         out[:, r:r + ROWS] = w[:, r:r + ROWS].double() @ m
     return out

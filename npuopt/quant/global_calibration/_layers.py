@@ -63,18 +63,16 @@ class Problem:
         w = as_matrices(node, c.betensor.detach().to(torch.float32))
         biases = node.constants["biases"].betensor.detach().to(torch.float32).reshape(groups, -1) \
             if "biases" in node.constants else torch.zeros(w.shape[:2], device=w.device)
-        (h, x), mean_q, cross, mean_out = grams(node, xf, xq, qt, w, units)
+        (h, x), mean_q, cross, mean_out = grams(node, xf, xq, qt, w, units, centred=free_bias)
         low_rank = None
         if x is not None:  # H = X^T X / P, or the centred patches' with the best biases
             low_rank = ((x - mean_q.unsqueeze(1).float()) if free_bias else x).transpose(1, 2) / math.sqrt(x.shape[1])
         elif free_bias:  # the covariances (in place: h is K x K)
             h.baddbmm_(mean_q.unsqueeze(2).float(), mean_q.unsqueeze(1).float(), alpha=-1)
-        if free_bias:  # the cross-covariance (in place: a decoder's head's is 226 MB)
-            cross.baddbmm_(mean_out.unsqueeze(2), mean_q.unsqueeze(1), alpha=-1)
         diag = _power(h, low_rank).mean(dim=1)
         lam = damp * torch.where(diag > 0, diag, torch.ones_like(diag))
         grid = QT.weight_grid(node, "weights", axis=0, groups=_grid_groups(node))
-        return cls(node, w, h, low_rank, cross.to(torch.float32), lam.reshape(-1, 1, 1), grid,
+        return cls(node, w, h, low_rank, cross, lam.reshape(-1, 1, 1), grid,
                    mean_q.to(torch.float32) if free_bias else None,
                    (mean_out + biases).to(torch.float32) if free_bias else None)
 
@@ -317,11 +315,13 @@ class LayerData:
         and biases it planned are put into the plan's quantized graph (`replan`) before the
         layers after it run."""
         ctx = self.ctx
-        streams = Stream(ctx.graph, self.data, one_thread=True), Stream(ctx.plan.realised(), self.data,
-                                                                         one_thread=False)
+        views = _rounded_views(ctx, minifloat)
+        asked = {view.reader.name for view in views}
+        streams = (Stream(ctx.graph, self.data, one_thread=True, asked=asked),
+                   Stream(ctx.plan.realised(), self.data, one_thread=False, asked=asked))
         units = self.elements(ctx.graph)
         try:
-            for view in ctx.progress(_rounded_views(ctx, minifloat), desc):
+            for view in ctx.progress(views, desc):
                 node = view.holder
                 fnode, qnode = (s.until(view.reader.name) for s in streams)
                 if qnode is None or not (qnode.quantized or settings_of(view.reader).weight_only):
