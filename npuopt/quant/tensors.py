@@ -242,17 +242,21 @@ def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
     set_planned(node, "planned_integers", key, narrow)
 
 
-def weight_integers(node, key: str, grid: WeightGrid) -> torch.Tensor:
-    """The integers constant `key` will be stored as (float32, on the CPU): a pre-quantized
-    source's, the rounding a global calibration method planned for it, or the nearest."""
+def weight_integers(node, key: str, grid: WeightGrid, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The integers constant `key` will be stored as (in `dtype`, on the CPU): a pre-quantized
+    source's, the rounding a global calibration method planned for it (the plan's own
+    tensor where it is held in `dtype` and lies on the grid: a decoder's planned
+    integers were held twice), or the nearest."""
     c = node.get_constant(key)
     if c.source_grid is not None and c.source_grid.integers is not None:  # the source's, exactly
-        return c.source_grid.integers.to(torch.float32).cpu()
+        return c.source_grid.integers.to(torch.float32).cpu().to(dtype)
     w = c.betensor
     q = planned(node, "planned_integers", key)
     if q is not None and tuple(q.shape) == tuple(w.shape):
-        return q.to(torch.float32, copy=True).clamp_(grid.qmin, grid.qmax)
-    return grid.quantize(w.detach().to(torch.float32).cpu())
+        if q.dtype == dtype and (not q.numel() or grid.qmin <= int(q.min()) and int(q.max()) <= grid.qmax):
+            return q
+        return q.to(torch.float32, copy=True).clamp_(grid.qmin, grid.qmax).to(dtype)
+    return grid.quantize(w.detach().to(torch.float32).cpu()).to(dtype)
 
 
 def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1):
@@ -260,11 +264,11 @@ def quantize_weights(node, key: str = "weights", axis: int = 0, groups: int = 1)
     (weight_integers). Returns the scale (a number, or a float32 tensor along `axis`)."""
     c = node.get_constant(key)
     grid = weight_grid(node, key, axis, groups)
-    q = weight_integers(node, key, grid)
+    dtype = Dtype(grid.fmt) if grid.fmt else c.source_grid.dtype if c.source_grid else Dtype.integer(grid.bits, True)
+    q = weight_integers(node, key, grid, dtype.torch_dtype)
     c.key_axis = axis if grid.per_channel else None
     c.block_size = grid.block
-    dtype = Dtype(grid.fmt) if grid.fmt else c.source_grid.dtype if c.source_grid else Dtype.integer(grid.bits, True)
-    c.betensor = q.to(dtype.torch_dtype).to(c.betensor.device)
+    c.betensor = q.to(c.betensor.device)
     c.dtype, c.scale, c.zerop, c.qbits, c.qmin, c.qmax = dtype, grid.scale, grid.zp, grid.bits, grid.qmin, grid.qmax
     return grid.scale
 
