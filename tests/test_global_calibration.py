@@ -165,6 +165,27 @@ def test_gptq_rounds_a_few_rows_at_a_time_as_all_at_once(monkeypatch, grid):
         monkeypatch.undo()
 
 
+
+def test_the_best_biases_are_made_a_few_rows_at_a_time_as_all_at_once(monkeypatch):
+    """plan_with_best_biases dequantizes ROWS_AT_ONCE rows at a time (a decoder's head's
+    per-block grid values at once were 450 MB): the biases are mean_out - W~ mean_q of the
+    whole, per block of a few rows."""
+    gen = torch.Generator().manual_seed(6)
+    groups, rows, k, block = 1, 7, 10, 4
+    w = torch.randn(groups, rows, k, generator=gen)
+    values = groups * rows * 3
+    grid = WeightGrid(torch.rand(values, generator=gen) * 10 + 5, torch.randint(-3, 4, (values,), generator=gen).float(),
+                      -7, 7, 4, 0, (groups * rows, k), block)
+    mean_q, mean_out = torch.randn(groups, k, generator=gen), torch.randn(groups, rows, generator=gen)
+    problem = _layers.Problem(FC, w, torch.eye(k).unsqueeze(0), None, w, torch.ones(groups, 1, 1), grid, mean_q, mean_out)
+    q = torch.randint(-7, 8, (groups, rows, k), generator=gen).float()
+    planned = []
+    monkeypatch.setattr(_layers.Problem, "plan", lambda self, q, biases=None: planned.append(biases))
+    monkeypatch.setattr(_layers, "ROWS_AT_ONCE", 3)
+    problem.plan_with_best_biases(q)
+    want = mean_out - (problem.dequantize(q) @ mean_q.unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(planned[0], want, rtol=1e-6, atol=1e-6)
+
 def test_adaround_runs_end_to_end_and_the_ir_reads_back(model):
     path, _ = model
     master = run(path, "adaround[0,50]")

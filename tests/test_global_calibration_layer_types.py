@@ -288,12 +288,16 @@ def test_grams_of_a_layer_with_more_rows_than_inputs(rows, monkeypatch):
     xq = [x + 0.1 * torch.randn(5, 8, generator=gen) for x in xf]
     units = Units(Ranks(), 3, [0, 1, 2])
     (h, low), mean_q, cross, mean_out = grams(node, xf, xq, None, w.unsqueeze(0), units)
+    assert isinstance(cross, torch.Tensor) == (rows < 8)  # kept as W times the inputs' where W has more rows
+    whole = lambda c: c if isinstance(c, torch.Tensor) else c.whole()  # noqa: E731
+    assert rows < 8 or torch.allclose(cross.rows(5, 9), cross.whole()[:, 5:9])
+    cross = whole(cross)
     pf, pq = torch.cat(xf).double(), torch.cat(xq).double()
     yf = pf @ w.double().T
     assert torch.allclose(cross[0].double(), yf.T @ pq / 15, rtol=1e-5, atol=1e-5)
     assert torch.allclose(mean_out[0], yf.mean(0), rtol=1e-5, atol=1e-6)
     assert torch.allclose(mean_q[0], pq.mean(0), rtol=1e-5, atol=1e-6)
-    centred = grams(node, xf, xq, None, w.unsqueeze(0), units, centred=True)[2]
+    centred = whole(grams(node, xf, xq, None, w.unsqueeze(0), units, centred=True)[2])
     covariance = (yf - yf.mean(0)).T @ (pq - pq.mean(0)) / 15
     assert torch.allclose(centred[0].double(), covariance, rtol=1e-5, atol=1e-5)
 

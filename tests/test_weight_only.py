@@ -244,6 +244,9 @@ class _Problem:
     def input_power(self):
         return self.H.diagonal(dim1=1, dim2=2)
 
+    def cross(self, r0=0, r1=None):
+        return self.C[:, r0:r1]
+
     def grid_values(self, r0=0, r1=None):
         return self.scale[:, r0:r1], self.zp[:, r0:r1]
 

@@ -195,7 +195,9 @@ def requantize(qgraph, float_graph, settings: Dict[str, QuantSettings], changed:
             return None
         inputs = [_quantization(t) for t in node.inputs]
         fresh = copy.deepcopy(float_node, {**kept_tensors([float_node]),
-                                           **{id(f): q for f, q in zip(float_node.inputs, node.inputs)}})
+                                           **{id(f): q for f, q in zip(float_node.inputs, node.inputs)},
+                                           # not the value a float forward left on its outputs (a head's logits)
+                                           **{id(t.betensor): torch.zeros(()) for t in float_node.outputs}})
         fresh.attrs["qsettings"] = settings[node.name]
         use_planned_biases(fresh)
         if node.quantized:

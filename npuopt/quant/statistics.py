@@ -76,12 +76,16 @@ class FiniteValues:
         x = x.detach()
         if not x.is_floating_point():
             x = x.to(torch.float32)
-        if axis is None and x.numel():
-            # the usual case, in fewer passes: one aminmax gives the extrema and says
-            # whether every value is usable (NaN propagates into it, an Inf is an extremum)
+        if x.numel():
+            # the usual case, in fewer passes and without masks of x's size: one aminmax
+            # gives the extrema and says whether every value is usable (NaN propagates
+            # into it, an Inf is an extremum)
             lo, hi = (float(v) for v in torch.aminmax(x))
             if MASKED < lo and math.isfinite(hi):
-                return cls(x.reshape(-1).to(torch.float32), lo, hi)
+                values = cls(x.reshape(-1).to(torch.float32), lo, hi)
+                if axis is not None:
+                    values.channel_lo, values.channel_hi = _channel_extrema(x, None, True, axis)
+                return values
         finite = usable(x)
         all_finite = bool(finite.all())
         flat = (x.reshape(-1) if all_finite else x[finite]).to(torch.float32)

@@ -307,7 +307,8 @@ def store_in_float(node) -> None:
         node.params["to_dtype"] = dtype.value
     for key, c in node.constants.items():
         if c.dtype.is_float and key not in ("biases", "negative_slope"):
-            c.betensor, c.dtype = fit_float(c.betensor, dtype), dtype   # a new tensor: the float graph's stays
+            # a new tensor (the float graph's stays), held in its dtype as an IR read back holds it
+            c.betensor, c.dtype = fit_float(c.betensor, dtype).to(dtype.torch_dtype), dtype
 
 
 def cached_by_weights(node, name: str, extra: tuple, build):

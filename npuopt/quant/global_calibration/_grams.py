@@ -33,7 +33,8 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
     """(S, X, E[x_q] [groups, K], E[y_f x_q^T] [groups, rows, K], E[y_f] [groups, rows])
     over the patches x_q of the layer's input in the quantized graph, with y_f = W x_f
     the float layer's output before its biases and activation (weights w [groups, rows,
-    K]): the float side needs no K x K matrix. S is E[x_q x_q^T] [groups, K,
+    K]): the float side needs no K x K matrix; where the layer has more rows than
+    inputs, the cross term is a RowsTimes. S is E[x_q x_q^T] [groups, K,
     K] and X None, or, from fewer patches than half of K, X the patches themselves
     [groups, P, K] and S None (both float32, as is the cross term, the means float64).
     `centred`: the cross-covariance E[y_f x_q^T] - E[y_f] E[x_q]^T in place of the
@@ -91,13 +92,28 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
         total /= count
     if centred:
         sums["cross"].baddbmm_(sums["mean_out"].unsqueeze(2), sums["mean_q"].unsqueeze(1), alpha=-1)
-    if by_inputs:  # E[x_f x_q^T] and E[x_f] to the layer's rows
-        sums["cross"] = _rows_times(w, sums["cross"], torch.float32)
+    if by_inputs:  # E[x_f x_q^T] and E[x_f] to the layer's rows (the first when asked: RowsTimes)
+        sums["cross"] = RowsTimes(w, sums["cross"])
         sums["mean_out"] = _rows_times(w, sums["mean_out"].unsqueeze(-1), torch.float64).squeeze(-1)
     else:
         sums["cross"] = sums["cross"].to(torch.float32)
     return (None, torch.cat(kept, dim=1)) if low_rank else (sums["gram"], None), sums["mean_q"], sums["cross"], \
         sums["mean_out"]
+
+
+class RowsTimes:
+    """w [groups, rows, K] @ m [groups, K, n] (float64) kept as its factors, its rows made
+    in float32 when asked for: a decoder's head's cross term is 113 MB, and GPTQ reads it a
+    few rows at a time."""
+
+    def __init__(self, w: torch.Tensor, m: torch.Tensor):
+        self.w, self.m = w, m
+
+    def rows(self, r0: int, r1: int) -> torch.Tensor:
+        return (self.w[:, r0:r1].double() @ self.m).to(torch.float32)
+
+    def whole(self) -> torch.Tensor:
+        return _rows_times(self.w, self.m, torch.float32)
 
 
 def _rows_times(w: torch.Tensor, m: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

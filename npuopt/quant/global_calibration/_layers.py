@@ -35,6 +35,7 @@ from ._stream import Stream
 TUNED_TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected, OpType.Convolution3D,
                OpType.ConvTranspose, OpType.ConvTranspose3D)  # (fine-tuning's too)
 TRANSPOSED_TYPES = (OpType.ConvTranspose, OpType.ConvTranspose3D)
+ROWS_AT_ONCE = 2048  # weight rows whose grid values per block (and GPTQ's float64 copies) are made at once
 CLIP_RATIOS = torch.linspace(0.5, 1.0, 21)  # shares of the calibrated weight range tried (choose_range)
 
 
@@ -50,7 +51,7 @@ class Problem:
     weights: torch.Tensor     # W [groups, rows, K], float32
     H: Optional[torch.Tensor]         # [groups, K, K], float32; None when low_rank gives it
     low_rank: Optional[torch.Tensor]  # L [groups, K, P] with L L^T = H, from P patches, fewer than K / 2
-    C: torch.Tensor           # [groups, rows, K], float32
+    C: object                 # [groups, rows, K], float32, or a _grams.RowsTimes giving it (`cross`)
     damp: torch.Tensor        # [groups, 1, 1], float32
     grid: object              # the layer's tensors.WeightGrid (its scale, zero point and rounding)
     mean_q: Optional[torch.Tensor]   # E[x_q] [groups, K] and E[W x_f + b] [groups, rows] when free_bias
@@ -75,6 +76,16 @@ class Problem:
         return cls(node, w, h, low_rank, cross, lam.reshape(-1, 1, 1), grid,
                    mean_q.to(torch.float32) if free_bias else None,
                    (mean_out + biases).to(torch.float32) if free_bias else None)
+
+    def cross(self, r0: int = 0, r1: Optional[int] = None) -> torch.Tensor:
+        """C's rows [r0, r1): made from its factors when it is kept so (GPTQ reads a few rows
+        at a time); made whole once, and kept, when a method asks for all of it."""
+        if isinstance(self.C, torch.Tensor):
+            return self.C[:, r0:r1]
+        if r0 == 0 and r1 is None:
+            self.C = self.C.whole()
+            return self.C
+        return self.C.rows(r0, r1)
 
     def input_power(self) -> torch.Tensor:
         """H's diagonal [groups, K]: the mean square of each input."""
@@ -156,30 +167,40 @@ class Problem:
 
     def row_errors(self, w: torch.Tensor) -> torch.Tensor:
         """The output error of weights w per row [groups, rows] (+ a constant per row)."""
-        return (w * self._times_h(w)).sum(-1) - 2 * (w * self.C).sum(-1) + (self.damp * (w - self.weights) ** 2).sum(-1)
+        return (w * self._times_h(w)).sum(-1) - 2 * (w * self.cross()).sum(-1) + (self.damp * (w - self.weights) ** 2).sum(-1)
 
     # ---- the error ----
     def error(self, w: torch.Tensor) -> torch.Tensor:
         """The output error of weights w (+ a constant)."""
-        return (w * self._times_h(w)).sum() - 2 * (w * self.C).sum() + (self.damp * (w - self.weights) ** 2).sum()
+        return (w * self._times_h(w)).sum() - 2 * (w * self.cross()).sum() + (self.damp * (w - self.weights) ** 2).sum()
 
     def gradient(self, w: torch.Tensor) -> torch.Tensor:
         """The error's gradient at w: one product with H, so learning takes one per step."""
-        return 2 * (self._times_h(w) - self.C + self.damp * (w - self.weights))
+        return 2 * (self._times_h(w) - self.cross() + self.damp * (w - self.weights))
 
     def _times_h(self, w: torch.Tensor) -> torch.Tensor:
         if self.low_rank is not None:
             return (w @ self.low_rank) @ self.low_rank.transpose(1, 2)
         return w @ self.H
 
-    def best_biases(self, w: torch.Tensor) -> torch.Tensor:
-        """free_bias: the biases that minimize the error of weights w, [groups, rows]."""
-        return self.mean_out - (w @ self.mean_q.unsqueeze(-1)).squeeze(-1)
+    def best_biases(self, w: torch.Tensor, r0: int = 0) -> torch.Tensor:
+        """free_bias: the biases that minimize the error of weights w (rows r0 on), [groups, rows]."""
+        return self.mean_out[:, r0:r0 + w.shape[1]] - (w @ self.mean_q.unsqueeze(-1)).squeeze(-1)
 
     # ---- the result ----
     def plan_with_best_biases(self, q: torch.Tensor) -> None:
-        """Use integers q and, with free_bias, the biases that fit them best."""
-        self.plan(q, self.best_biases(self.dequantize(q)) if self.mean_q is not None else None)
+        """Use integers q and, with free_bias, the biases that fit them best (their weights
+        made ROWS_AT_ONCE rows at a time: a decoder's head's per-block grid values and
+        weights at once were 450 MB)."""
+        if self.mean_q is None:
+            return self.plan(q)
+        biases = torch.empty_like(self.mean_out)
+        rows = q.shape[1]
+        for r0 in range(0, rows, ROWS_AT_ONCE):
+            r1 = min(rows, r0 + ROWS_AT_ONCE)
+            scale, zp = self.grid_values(r0, r1)
+            biases[:, r0:r1] = self.best_biases((q[:, r0:r1] + zp) / scale, r0)
+        self.plan(q, biases)
 
     def plan(self, q: torch.Tensor, biases: torch.Tensor = None) -> None:
         """Use integers q [groups, rows, K] for the layer's weights and, when given, these

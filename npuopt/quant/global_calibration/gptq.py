@@ -19,7 +19,7 @@ Issue 23: GPTQ took 131 s of that run's 134 s on one thread, and about 5 s now."
 import torch
 
 from . import global_calibration, one_thread
-from ._layers import LayerData
+from ._layers import ROWS_AT_ONCE, LayerData  # rows rounded together (a decoder head whole: 1.4 GB)
 from ._params import read_params
 
 PARAMS = [  # name, default, minimum, integer
@@ -31,7 +31,6 @@ PARAMS = [  # name, default, minimum, integer
 ]
 SLAB = 256  # rows of H put in GPTQ's order at once
 STEP = 16   # columns of a block rounded one by one before their share goes to the rest of the block
-ROWS_AT_ONCE = 4096  # weight rows rounded together (SmolLM2's head, 49,152 rows: 1.4 GB of float64 copies at once)
 
 
 def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
@@ -65,9 +64,8 @@ def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
 def _round_rows(problem, factor, back, blocks, r0: int, r1: int) -> torch.Tensor:
     """round_columns on weight rows [r0, r1), in L's column order."""
     g, k = back.shape
-    part = lambda v: v[:, r0:r1] if isinstance(v, torch.Tensor) and v.dim() == 3 else v  # noqa: E731
     columns = back.unsqueeze(1).expand(g, r1 - r0, k)
-    b = (part(problem.C) + problem.damp * part(problem.weights)).gather(2, columns).double()
+    b = (problem.cross(r0, r1) + problem.damp * problem.weights[:, r0:r1]).gather(2, columns).double()
     # in steps of the grid (times scale, before the zero point), column j's value before
     # rounding is (a_j - sum_{i>j} y_i L_ij) / L_jj, and y = Q + zp once rounded; a grid
     # with a scale per column (per block) works in the weights' own units instead
