@@ -38,9 +38,10 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
     K] and X None, or, from fewer patches than half of K, X the patches themselves
     [groups, P, K] and S None (both float32, as is the cross term, the means float64).
     `centred`: the cross-covariance E[y_f x_q^T] - E[y_f] E[x_q]^T in place of the
-    cross term (made in float64 before the layer's rows multiply it, where they do). Over at most POSITIONS
-    patches (and PATCH_VALUES values: a depthwise layer's K x K Grams need fewer) drawn
-    evenly from the calibration set, the same ones for a given set (reproducible); xq
+    cross term (made in float64 before the layer's rows multiply it, where they do).
+    Over at most POSITIONS patches (and PATCH_VALUES values: a depthwise layer's K x K
+    Grams need fewer) drawn evenly from the calibration set, the same ones for a given
+    set (reproducible); xq
     are `qt`'s integers. Patches whose values are not finite are left out, as
     calibration leaves them out of the statistics. xf and xq hold this rank's elements
     (`units`); the sums are made per calibration unit and added in unit order, so that

@@ -167,7 +167,8 @@ class Problem:
 
     def row_errors(self, w: torch.Tensor) -> torch.Tensor:
         """The output error of weights w per row [groups, rows] (+ a constant per row)."""
-        return (w * self._times_h(w)).sum(-1) - 2 * (w * self.cross()).sum(-1) + (self.damp * (w - self.weights) ** 2).sum(-1)
+        return ((w * self._times_h(w)).sum(-1) - 2 * (w * self.cross()).sum(-1)
+                + (self.damp * (w - self.weights) ** 2).sum(-1))
 
     # ---- the error ----
     def error(self, w: torch.Tensor) -> torch.Tensor:
