@@ -78,6 +78,28 @@ def test_statistics_sum_in_slices_as_over_the_whole():
     assert math.isclose(s.std, float(d.std(unbiased=False)), rel_tol=1e-9)
 
 
+
+@pytest.mark.parametrize("zerop", ["number", "per_channel", "per_block"])
+def test_integer_weight_sums_made_by_channels_as_over_the_whole(zerop, monkeypatch):
+    """A layer's sums of q_w + zp_w (its biases' zero-point fold) made a few channels at a
+    time equal those of the whole tensor's q_w + zp_w (shifted, as the forward reads it)."""
+    from npuopt.dtype import Dtype
+    from npuopt.quant import formats
+    from npuopt.quant.tensors import integer_weight_sums, shifted
+    from npuopt.tensor import PyTensor
+    monkeypatch.setattr(formats, "ELEMENTS_AT_ONCE", 64)  # 2 channels of 40 per part
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(-8, 8, (7, 40), generator=g, dtype=torch.int8)
+    c = PyTensor("weights", q, Dtype.INT8, (7, 40))
+    c.key_axis = 0
+    c.zerop = {"number": 3, "per_channel": torch.randint(-8, 8, (7,), generator=g),
+               "per_block": torch.randint(-8, 8, (7 * 3,), generator=g)}[zerop]
+    if zerop == "per_block":
+        c.block_size = 16  # blocks of 16, 16 and 8
+    expected = shifted(c).reshape(7, -1).sum(dim=1)
+    assert torch.equal(integer_weight_sums(c), expected)
+    assert expected.abs().sum() > 0
+
 # ---- issue 23: the float model's weights are held once ---------------------------------------
 def float_constants(graph) -> dict:
     """(layer, constant) -> (its tensor, the tensor's version counter, a copy of its values)."""

@@ -59,7 +59,7 @@ def quantize_linear(node, groups: int = 1, per_channel_constants: bool = False) 
         rescale = Rescale(torch.full((n,), rescale.multiplier), torch.full((n,), rescale.shift),
                           rescale.multiplier_type, rescale.shift_type)
     rescale.write(node)
-    w_sums = QT.integer_weights(w).reshape(w.ir_shape[0], -1).sum(dim=1)
+    w_sums = QT.integer_weight_sums(w)
     b_scale = (torch.tensor(x.scale, dtype=torch.float32) * w_scale) if isinstance(w_scale, torch.Tensor) \
         else float(torch.tensor(x.scale, dtype=torch.float32) * torch.tensor(w_scale, dtype=torch.float32))
     if int(x.zerop) and "biases" not in node.constants:  # the input zero point's fold is carried by biases

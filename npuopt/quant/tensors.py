@@ -329,6 +329,28 @@ def integer_weights(c: PyTensor) -> torch.Tensor:
     return shifted(c)
 
 
+def integer_weight_sums(c: PyTensor) -> torch.Tensor:
+    """The sum of q_w + zp_w over each output channel (axis 0), float64, made a few
+    channels at a time: a float64 copy of the whole was a decoder's head held 4 times
+    over (SmolLM2-135M's: 226 MB)."""
+    n = int(c.ir_shape[0])
+    q = c.betensor.reshape(n, -1)
+
+    def sums(part, _scale, zp):
+        return (part.to(torch.float64) + zp).sum(dim=1)
+    zp = c.zerop
+    if isinstance(zp, torch.Tensor) and zp.numel() > 1:
+        zp = zp.to(device=q.device, dtype=torch.float64)
+        if zp.numel() > n:  # per block
+            return formats.by_channels(sums, q, None, zp, c.block_size)
+        zp = zp.reshape(n, 1)
+    else:
+        zp = float(zp)
+    step = max(1, formats.ELEMENTS_AT_ONCE // max(1, q.shape[1]))
+    return torch.cat([sums(q[r0:r0 + step], None, zp[r0:r0 + step] if isinstance(zp, torch.Tensor) else zp)
+                      for r0 in range(0, n, step)]) if n else q.new_zeros(0, dtype=torch.float64)
+
+
 def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "biases") -> None:
     """biases -> integers of the layer's bias_bits at `scale` (s_x * s_w, float32 per
     channel or a number), with the input zero point folded in: b_q + zp_x * sum(q_w +

@@ -53,9 +53,15 @@ PARAMS = [  # name, default, minimum, integer
 def scales(fcs, x_max: torch.Tensor, alpha: float) -> torch.Tensor:
     """s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) over the FullyConnected layers' columns j
     (1 where that is not a positive number)."""
-    w_max = torch.stack([fc.get_constant("weights").betensor.detach().abs().double().cpu()
-                         .reshape(-1, x_max.numel()).amax(0) for fc in fcs]).amax(0)
+    w_max = torch.stack([column_absmax(fc.get_constant("weights").betensor.detach(), x_max.numel())
+                         for fc in fcs]).amax(0)
     return usable(x_max.pow(alpha) / w_max.pow(1 - alpha))
+
+
+def column_absmax(w: torch.Tensor, columns: int) -> torch.Tensor:
+    """max |w_ij| over the rows i (float64), from the largest and the smallest values: no copy of w."""
+    w = w.reshape(-1, columns)
+    return torch.maximum(w.amax(0), -w.amin(0)).double().cpu()
 
 
 @global_calibration("smooth_quant_zy", "before_calibration")
