@@ -242,6 +242,11 @@ def plan_weight_integers(node, key: str, q: torch.Tensor) -> None:
     set_planned(node, "planned_integers", key, narrow)
 
 
+def _within(q: torch.Tensor, qmin: int, qmax: int) -> bool:
+    lo, hi = q.aminmax()  # one pass over a decoder's head, not two
+    return qmin <= int(lo) and int(hi) <= qmax
+
+
 def weight_integers(node, key: str, grid: WeightGrid, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The integers constant `key` will be stored as (in `dtype`, on the CPU): a pre-quantized
     source's, the rounding a global calibration method planned for it (the plan's own
@@ -253,7 +258,7 @@ def weight_integers(node, key: str, grid: WeightGrid, dtype: torch.dtype = torch
     w = c.betensor
     q = planned(node, "planned_integers", key)
     if q is not None and tuple(q.shape) == tuple(w.shape):
-        if q.dtype == dtype and (not q.numel() or grid.qmin <= int(q.min()) and int(q.max()) <= grid.qmax):
+        if q.dtype == dtype and (not q.numel() or _within(q, grid.qmin, grid.qmax)):
             return q
         return q.to(torch.float32, copy=True).clamp_(grid.qmin, grid.qmax).to(dtype)
     return grid.quantize(w.detach().to(torch.float32).cpu()).to(dtype)
