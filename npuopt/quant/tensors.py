@@ -336,8 +336,8 @@ def integer_weights(c: PyTensor) -> torch.Tensor:
 
 def integer_weight_sums(c: PyTensor) -> torch.Tensor:
     """The sum of q_w + zp_w over each output channel (axis 0), float64, made a few
-    channels at a time: a float64 copy of the whole was a decoder's head held 4 times
-    over (SmolLM2-135M's: 226 MB)."""
+    channels at a time: a float64 copy of a decoder's whole head was 226 MB
+    (SmolLM2-135M's)."""
     n = int(c.ir_shape[0])
     q = c.betensor.reshape(n, -1)
 
