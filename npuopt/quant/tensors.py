@@ -335,25 +335,20 @@ def integer_weights(c: PyTensor) -> torch.Tensor:
 
 
 def integer_weight_sums(c: PyTensor) -> torch.Tensor:
-    """The sum of q_w + zp_w over each output channel (axis 0), float64, made a few
-    channels at a time: a float64 copy of a decoder's whole head was 226 MB
-    (SmolLM2-135M's)."""
+    """The sum of q_w + zp_w over each output channel (axis 0), float64: the sums of q_w
+    made a few channels at a time (a float64 copy of a decoder's whole head was 226 MB,
+    SmolLM2-135M's), plus each zero point times the weights it covers."""
     n = int(c.ir_shape[0])
     q = c.betensor.reshape(n, -1)
-
-    def sums(part, _scale, zp):
-        return (part.to(torch.float64) + zp).sum(dim=1)
+    k = q.shape[1]
+    sums = formats.by_channels(lambda part, _scale, _zp: part.sum(dim=1, dtype=torch.float64), q, None, None, 0)
     zp = c.zerop
-    if isinstance(zp, torch.Tensor) and zp.numel() > 1:
-        zp = zp.to(device=q.device, dtype=torch.float64)
-        if zp.numel() > n:  # per block
-            return formats.by_channels(sums, q, None, zp, c.block_size)
-        zp = zp.reshape(n, 1)
-    else:
-        zp = float(zp)
-    step = max(1, formats.ELEMENTS_AT_ONCE // max(1, q.shape[1]))
-    return torch.cat([sums(q[r0:r0 + step], None, zp[r0:r0 + step] if isinstance(zp, torch.Tensor) else zp)
-                      for r0 in range(0, n, step)]) if n else q.new_zeros(0, dtype=torch.float64)
+    if not isinstance(zp, torch.Tensor) or zp.numel() <= 1:
+        return sums + float(zp) * k
+    zp = zp.to(device=q.device, dtype=torch.float64).reshape(n, -1)  # per channel, or per block
+    covered = torch.full((zp.shape[1],), float(c.block_size or k), dtype=torch.float64, device=q.device)
+    covered[-1] = k - (zp.shape[1] - 1) * covered[0]  # the last block's weights
+    return sums + zp @ covered
 
 
 def quantize_biases(node, scale, w_sums: torch.Tensor, x_zp: int, key: str = "biases") -> None:

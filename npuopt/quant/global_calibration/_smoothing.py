@@ -20,7 +20,7 @@ from ...node import PyNode
 from ...registry import OpType
 from ...tensor import PyTensor
 from .. import tensors as QT
-from ..formats import ELEMENTS_AT_ONCE
+from ..formats import by_channels
 from ..settings import settings_of
 from . import one_thread
 from .equalization import HOMOGENEOUS
@@ -223,14 +223,6 @@ def smooth(producer, fcs, s: torch.Tensor) -> None:
             c.betensor = (c.betensor.double() / along).to(c.betensor.dtype)
     for fc in fcs:
         c = fc.get_constant("weights")
-        c.betensor = times_columns(c.betensor, s.to(c.betensor.device))
-
-
-def times_columns(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """w [rows, columns] times s_j along its columns, in float64, stored in w's dtype; a
-    few rows at a time: a float64 copy of a decoder's head is 226 MB (SmolLM2-135M)."""
-    out = torch.empty_like(w)
-    step = max(1, ELEMENTS_AT_ONCE // max(1, w[0].numel()))
-    for r0 in range(0, int(w.shape[0]), step):
-        out[r0:r0 + step] = (w[r0:r0 + step].double() * s).to(w.dtype)
-    return out
+        w, along = c.betensor, s.to(c.betensor.device)
+        # in float64 a few rows at a time: a decoder's head in float64 is 226 MB (SmolLM2-135M)
+        c.betensor = by_channels(lambda rows, _scale, _zp: (rows.double() * along).to(w.dtype), w, None, None, 0)
