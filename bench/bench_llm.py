@@ -29,13 +29,16 @@ the norms stay float where activations are float):
   w4b128 / w4b64: 4-bit asymmetric weights per block of 128 / 64, float16 activations
   w8ch: 8-bit symmetric weights per channel, float16 activations
   w8a8sq: 8-bit per-channel weights and 8-bit per-tensor asymmetric activations (the
-          peer's grid), split_outlier_channels (the down projections' few outlier input
-          channels, their "massive activations", get layers of their own, with 16-bit
-          activations: up to 32 of 1,536 channels in a few layers) and SmoothQuant (alpha
-          0.5) before calibration; the residual adds and the RMSNorms kept in float
-          (trigger_float_op = Eltwise,RMSNorm): SmolLM2's residual stream carries massive
-          activations (about 24,000 in a few channels), which no 8-bit grid of the whole
-          tensor holds
+          peer's grid) at every FullyConnected layer's input, split_outlier_channels[4]
+          (the down projections' few outlier input channels, their "massive
+          activations", get layers of their own, with 16-bit activations) and
+          SmoothQuant (alpha 0.5) before calibration; kept in float: the RMSNorms, the
+          residual adds (SmolLM2's residual stream carries massive activations, about
+          24,000 in a few channels, which no 8-bit grid of the whole tensor holds), the
+          split's sums and attention's elementwise layers (W8A8_FLOAT); the output and
+          down projections, which only those float adds read, write 16-bit integers
+          (W8A8_WIDE_OUTPUTS: the peer's linear layers write float); the MLP's SiLU
+          and product, attention's matmuls and softmax compute in 8-bit integers
 Methods: `rtn` (global_calibration = none: the floor), `gptq` (gptq_zy: OPT's defaults),
 `awq` (awq_zy then gptq_zy), `auto` (npuopt's default: GPTQ damped at 1.0 on the 4-bit
 layers, nearest rounding on 8-bit per-channel weights); --methods picks them (default
@@ -68,6 +71,13 @@ from model_runs import REPO, child  # noqa: E402
 DEFAULT_TEXT = "data-files/benchmarks/bm_docutils/data/docs/ref/rst/restructuredtext.txt"
 PROMPTS = ["The capital of France is", "A paragraph is a block of text that",
            "Once upon a time, in a small village,"]
+# w8a8sq's float layers, by npuopt-export's names: the RMSNorms, the residual adds, the split's sums
+# and attention's elementwise layers (rotary embedding, scaling, mask); the MLP's product stays integer
+W8A8_FLOAT = (r"trigger_float_op = disable & <[RMSNorm]:float32_preferred> "
+              r"<{.*(layers\.\d+\.add(_1)?|attn\.(mul_[1357]|mul_8|add|add_[13])|_outliers_add)$}:float32_preferred>")
+# the layers whose outputs only float layers read (the residual adds) write 16-bit integers; their
+# inputs stay 8-bit (the peer's linear layers write float)
+W8A8_WIDE_OUTPUTS = r"activation_bits = 8 & <{.*(mlp\.down|attn\.o)\.linear$}:16>"
 FORMATS = {  # name: (cfg lines, the peer's scheme suffix, the target's bound on perplexity / float - 1)
     "w4b128": (["quant_type = w4afp16", "quantize_method_for_weight = per_block_asymmetric",
                 "weight_block_size = 128"], "w4g128", 0.08),
@@ -76,11 +86,11 @@ FORMATS = {  # name: (cfg lines, the peer's scheme suffix, the target's bound on
     "w8ch": (["quant_type = w8afp16", "quantize_method_for_weight = per_channel_symmetric_restricted_range"],
              "w8ch", 0.005),
     "w8a8sq": (["quant_type = w8a8", "quantize_method_for_weight = per_channel_symmetric_restricted_range",
-                "quantize_method_for_activation = per_tensor_asymmetric", "trigger_float_op = Eltwise,RMSNorm"],
+                "quantize_method_for_activation = per_tensor_asymmetric", W8A8_FLOAT, W8A8_WIDE_OUTPUTS],
                "w8a8", 0.03),
 }
 METHODS = {"rtn": "none", "gptq": "gptq_zy", "awq": "awq_zy & gptq_zy", "auto": "auto"}
-SMOOTH = "split_outlier_channels & smooth_quant_zy[0.5]"
+SMOOTH = "split_outlier_channels[4] & smooth_quant_zy[0.5]"
 PEER_SCHEMES = {"gptq": "gptq"}  # the peer's counterpart of npuopt's methods (its GPTQ only: npuopt's rtn is the floor)
 CFG = """[Common]
 graph = {ir}.txt

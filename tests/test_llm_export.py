@@ -309,3 +309,31 @@ def test_smollm2(tmp_path):
     print("tokens equal npuopt vs npuopt-run, and the first quantized token unlike PyTorch's float greedy:",
           matched)
     assert all(same == SMOL_TOKENS for same, _ in matched)
+
+
+def test_bench_w8a8_settings_keep_the_linear_inputs_8_bit(tiny, tmp_path):
+    """bench_llm's w8a8sq cfg lines name npuopt-export's layers: the norms, the residual adds
+    and attention's Eltwise float, the MLP's product integer, every FullyConnected input
+    8-bit, and only the output and down projections (read by the float adds) 16-bit out."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    from bench_llm import FORMATS
+    rng = np.random.default_rng(3)
+    graph, _ = export_step(tiny, "prefill", "tiny_prefill", length=8)
+    write(graph, tmp_path, "tiny_prefill")
+    kinds = {n.name: str(n.type) for n in graph.nodes}
+    txt = quantize(str(tmp_path), "tiny_prefill", [rng.integers(0, 64, (4, 8)).astype(np.int64)],
+                   "\n".join(FORMATS["w8a8sq"][0]))
+    quantized = read_graph(txt, txt[:-4] + ".bin")
+    dtype = {t.name: str(t.dtype).split(".")[-1] for n in quantized.nodes for t in n.outputs}
+    for n in quantized.nodes:
+        if n.name not in kinds:
+            continue  # the Quantize/DeQuantize layers at the float boundaries
+        out = dtype[n.outputs[0].name]
+        if kinds[n.name] in ("RMSNorm", "Eltwise") and not n.name.endswith("mlp.mul"):
+            assert out == "float32", n.name
+        elif kinds[n.name] == "FullyConnected":
+            assert dtype[n.inputs[0].name] in ("int8", "uint8"), n.name
+            wide = n.name.endswith(("mlp.down.linear", "attn.o.linear"))
+            assert out == ("int16" if wide else "int8"), n.name
+    assert [dtype[n.outputs[0].name] for n in quantized.nodes if n.name.endswith("mlp.mul")] == ["int8", "int8"]
