@@ -41,8 +41,10 @@ the norms stay float where activations are float):
           and product, attention's matmuls and softmax compute in 8-bit integers
 Methods: `rtn` (global_calibration = none: the floor), `gptq` (gptq_zy: OPT's defaults),
 `awq` (awq_zy then gptq_zy), `auto` (npuopt's default: GPTQ damped at 1.0 on the 4-bit
-layers, nearest rounding on 8-bit per-channel weights); --methods picks them (default
-rtn,gptq,auto).
+layers, nearest rounding on 8-bit per-channel weights), `adaquant` (adaquant_zy[0, 100]:
+weights learned layer by layer against the quantized graph's inputs, biases solved; the
+method for W8A8, where it takes back part of the 8-bit activations' loss); --methods
+picks them (default rtn,gptq,auto).
 
 The peer: llmcompressor 0.14 (GPTQ, SmoothQuant, round to nearest) on the same windows
 and formats, by bench/peer_llm.py in its own environment (llmcompressor needs torch <=
@@ -89,7 +91,8 @@ FORMATS = {  # name: (cfg lines, the peer's scheme suffix, the target's bound on
                 "quantize_method_for_activation = per_tensor_asymmetric", W8A8_FLOAT, W8A8_WIDE_OUTPUTS],
                "w8a8", 0.03),
 }
-METHODS = {"rtn": "none", "gptq": "gptq_zy", "awq": "awq_zy & gptq_zy", "auto": "auto"}
+METHODS = {"rtn": "none", "gptq": "gptq_zy", "awq": "awq_zy & gptq_zy", "auto": "auto",
+           "adaquant": "adaquant_zy[0, 100]"}
 SMOOTH = "split_outlier_channels[4] & smooth_quant_zy[0.5]"
 PEER_SCHEMES = {"gptq": "gptq"}  # the peer's counterpart of npuopt's methods (its GPTQ only: npuopt's rtn is the floor)
 CFG = """[Common]
