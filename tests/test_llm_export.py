@@ -311,12 +311,11 @@ def test_smollm2(tmp_path):
     assert all(same == SMOL_TOKENS for same, _ in matched)
 
 
-def test_bench_w8a8_settings_keep_the_linear_inputs_8_bit(tiny, tmp_path):
+def test_bench_w8a8_settings_keep_the_linear_inputs_8_bit(tiny, tmp_path, monkeypatch):
     """bench_llm's w8a8sq cfg lines name npuopt-export's layers: the norms, the residual adds
     and attention's Eltwise float, the MLP's product integer, every FullyConnected input
     8-bit, and only the output and down projections (read by the float adds) 16-bit out."""
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
     from bench_llm import FORMATS
     rng = np.random.default_rng(3)
     graph, _ = export_step(tiny, "prefill", "tiny_prefill", length=8)
