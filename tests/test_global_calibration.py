@@ -15,7 +15,7 @@ import torch
 from npuopt.errors import ConfigError
 from npuopt.ir import read_graph, write_graph
 from npuopt.ir.builder import GraphBuilder
-from npuopt.quant.global_calibration import _grams, _layers, gptq
+from npuopt.quant.global_calibration import _grams, _layers, adaquant, adaround, gptq
 from npuopt.quant.tensors import WeightGrid
 from npuopt.quant.weight_plans import biases_of
 
@@ -136,10 +136,21 @@ def test_gptq_rounds_as_the_paper_s_column_by_column_algorithm(groups, rows, k, 
     assert not torch.equal(want, nearest)  # the problem is one where GPTQ's feedback changes integers
 
 
+ROUNDINGS = {  # a method's rounding of one Problem
+    "gptq": lambda problem: gptq.round_columns(problem, True, 8),
+    "adaquant": lambda problem: adaquant.learn_weights(problem, 40, 0.05),
+    "adaround": lambda problem: adaround.learn_rounding(problem, 40, 0.05, 0.01, 20, 2, 0.2),
+}
+
+
+@pytest.mark.parametrize("method", sorted(ROUNDINGS))
 @pytest.mark.parametrize("grid", ["tensor", "row", "block"])
-def test_gptq_rounds_a_few_rows_at_a_time_as_all_at_once(monkeypatch, grid):
-    """round_columns takes ROWS_AT_ONCE weight rows at a time (a large head's float64 copies):
-    the same integers as all rows together, from H dense and from its patches."""
+def test_the_methods_round_a_few_rows_at_a_time_as_all_at_once(monkeypatch, grid, method):
+    """The methods take ROWS_AT_ONCE weight rows at a time (Problem.parts: GPTQ's float64
+    copies, AdaQuant's and AdaRound's Adam moments of a decoder's head): the same integers
+    as all rows together, from H dense and from its patches, C whole or kept as factors
+    (GPTQ's exactly; the learned ones up to float32's last bits in W H, whose sums BLAS
+    orders by the rows it is given: an integer in a hundred may go the other way)."""
     gen = torch.Generator().manual_seed(5)
     groups, rows, k, patches = 2, 7, 24, 8
     x = torch.randn(groups, patches, k, generator=gen)
@@ -153,16 +164,22 @@ def test_gptq_rounds_a_few_rows_at_a_time_as_all_at_once(monkeypatch, grid):
     scale, zp = (torch.rand(values, generator=gen) * 10 + 5,
                  torch.randint(-3, 4, (values,), generator=gen).float()) if values else (9.0, 0.0)
     weight_grid = WeightGrid(scale, zp, -7, 7, 4, 0, (groups * rows, k), block)
-    for dense, factor in [(h, None), (None, low)]:
-        problem = _layers.Problem(FC, w, dense, factor, c, damp, weight_grid, None, None)
+    for dense, factor, cross in [(h, None, c), (None, low, c), (h, None, _grams.RowsTimes(w, h.double()))]:
+        problem = _layers.Problem(FC, w, dense, factor, cross, damp, weight_grid, None, None)
         if block:  # the values per weight, made for a few rows, are those rows' of the whole
             whole_scale = weight_grid.along(scale).reshape(groups, rows, k)
             assert torch.equal(problem.grid_values()[0], whole_scale)
             assert torch.equal(problem.grid_values(2, 5)[0], whole_scale[:, 2:5])
-        whole = gptq.round_columns(problem, True, 8)
-        monkeypatch.setattr(gptq, "ROWS_AT_ONCE", 3)
-        assert torch.equal(gptq.round_columns(problem, True, 8), whole), dense is None
+        whole = ROUNDINGS[method](problem)
+        assert not torch.equal(whole, problem.to_grid(w * problem.grid_values()[0] - problem.grid_values()[1]))
+        monkeypatch.setattr(_layers, "ROWS_AT_ONCE", 3)
+        parts = ROUNDINGS[method](problem)
         monkeypatch.undo()
+        differ = parts != whole
+        if method == "gptq":
+            assert not differ.any(), (dense is None, type(cross))
+        assert float(differ.float().mean()) <= 0.01 and float((parts - whole).abs().max()) <= 1, \
+            (dense is None, type(cross), int(differ.sum()))
 
 
 
@@ -183,7 +200,8 @@ def test_the_best_biases_are_made_a_few_rows_at_a_time_as_all_at_once(monkeypatc
     monkeypatch.setattr(_layers.Problem, "plan", lambda self, q, biases=None: planned.append(biases))
     monkeypatch.setattr(_layers, "ROWS_AT_ONCE", 3)
     problem.plan_with_best_biases(q)
-    want = mean_out - (problem.dequantize(q) @ mean_q.unsqueeze(-1)).squeeze(-1)
+    scale, zp = problem.grid_values()
+    want = mean_out - (((q + zp) / scale) @ mean_q.unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(planned[0], want, rtol=1e-6, atol=1e-6)
 
 def test_adaround_runs_end_to_end_and_the_ir_reads_back(model):

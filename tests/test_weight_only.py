@@ -244,11 +244,15 @@ class _Problem:
     def input_power(self):
         return self.H.diagonal(dim1=1, dim2=2)
 
-    def cross(self, r0=0, r1=None):
+    def cross(self, r0, r1):
         return self.C[:, r0:r1]
 
-    def grid_values(self, r0=0, r1=None):
+    def grid_values(self, r0, r1):
         return self.scale[:, r0:r1], self.zp[:, r0:r1]
+
+    def parts(self):
+        from npuopt.quant.global_calibration._layers import Rows
+        yield Rows(self, 0, self.weights.shape[1])
 
     def to_grid(self, v):
         return v.round().clamp(self.qmin, self.qmax)
@@ -280,7 +284,7 @@ def test_gptq_on_a_per_block_grid_beats_nearest_rounding():
 
 @pytest.mark.parametrize("low_rank", [False, True])
 def test_block_errors_are_each_block_s_change_of_the_output_error(low_rank):
-    """Problem.block_errors (gptq_zy's choose_range on per-block weights): block b's figure
+    """Rows.block_errors (gptq_zy's choose_range on per-block weights): block b's figure
     is exactly how much the output error rises when block b alone takes the new weights
     (a last block shorter than the others included)."""
     from npuopt.quant.global_calibration._layers import Problem
@@ -294,12 +298,13 @@ def test_block_errors_are_each_block_s_change_of_the_output_error(low_rank):
     problem = Problem(None, w, None if low_rank else h, v if low_rank else None, c, torch.full((1, 1, 1), 0.05),
                       None, None, None)
     new = w + 0.2 * torch.randn(1, rows, k, generator=gen)
-    got = problem.block_errors(new, block, problem.gradient(w))
+    part, = problem.parts()
+    got = part.block_errors(new, block, part.gradient(w))
     assert got.shape == (1, rows, 3)
     for b, j1 in enumerate(range(0, k, block)):
         one = w.clone()
         one[..., j1:j1 + block] = new[..., j1:j1 + block]
-        want = problem.row_errors(one) - problem.row_errors(w)
+        want = part.row_errors(one) - part.row_errors(w)
         assert torch.allclose(got[..., b], want, rtol=1e-4, atol=1e-4), (b, got[..., b], want)
 
 

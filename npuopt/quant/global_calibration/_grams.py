@@ -104,17 +104,14 @@ def grams(node, xf: List[torch.Tensor], xq: List[torch.Tensor], qt, w: torch.Ten
 
 class RowsTimes:
     """w [groups, rows, K] @ m [groups, K, n] (float64) kept as its factors, its rows made
-    in float32 when asked for: a decoder's head's cross term is 113 MB, and GPTQ reads it a
-    few rows at a time."""
+    in float32 when asked for: a decoder's head's cross term is 113 MB, and the methods
+    read it a few rows at a time (Problem.parts)."""
 
     def __init__(self, w: torch.Tensor, m: torch.Tensor):
         self.w, self.m = w, m
 
     def rows(self, r0: int, r1: int) -> torch.Tensor:
         return (self.w[:, r0:r1].double() @ self.m).to(torch.float32)
-
-    def whole(self) -> torch.Tensor:
-        return _rows_times(self.w, self.m, torch.float32)
 
 
 def _rows_times(w: torch.Tensor, m: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

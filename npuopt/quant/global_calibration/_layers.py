@@ -19,11 +19,13 @@ activation is left out of the error, as in the layer-wise losses of AdaRound and
 """
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterator, Optional
 
 import torch
 
 from ...errors import QuantizeError
+from ...memory import give_back_if_grown
 from ...registry import OpType
 from .. import tensors as QT
 from ..settings import settings_of
@@ -35,7 +37,7 @@ from ._stream import Stream
 TUNED_TYPES = (OpType.Convolution, OpType.DepthwiseConv, OpType.FullyConnected, OpType.Convolution3D,
                OpType.ConvTranspose, OpType.ConvTranspose3D)  # (fine-tuning's too)
 TRANSPOSED_TYPES = (OpType.ConvTranspose, OpType.ConvTranspose3D)
-ROWS_AT_ONCE = 2048  # weight rows whose grid values per block (and GPTQ's float64 copies) are made at once
+ROWS_AT_ONCE = 2048  # weight rows a method takes at once (Problem.parts; GPTQ makes float64 copies of them)
 CLIP_RATIOS = torch.linspace(0.5, 1.0, 21)  # shares of the calibrated weight range tried (choose_range)
 
 
@@ -77,35 +79,32 @@ class Problem:
                    mean_q.to(torch.float32) if free_bias else None,
                    (mean_out + biases).to(torch.float32) if free_bias else None)
 
-    def cross(self, r0: int = 0, r1: Optional[int] = None) -> torch.Tensor:
-        """C's rows [r0, r1): made from its factors when it is kept so (GPTQ reads a few rows
-        at a time); made whole once, and kept, when a method asks for all of it."""
-        if isinstance(self.C, torch.Tensor):
-            return self.C[:, r0:r1]
-        if r0 == 0 and r1 is None:
-            self.C = self.C.whole()
-            return self.C
-        return self.C.rows(r0, r1)
+    def cross(self, r0: int, r1: int) -> torch.Tensor:
+        """C's rows [r0, r1), made from its factors where it is kept so."""
+        return self.C[:, r0:r1] if isinstance(self.C, torch.Tensor) else self.C.rows(r0, r1)
 
     def input_power(self) -> torch.Tensor:
         """H's diagonal [groups, K]: the mean square of each input."""
         return _power(self.H, self.low_rank)
 
+    def parts(self) -> Iterator["Rows"]:
+        """The layer's rows ROWS_AT_ONCE at a time: the error is a sum over rows, so a method
+        takes them part by part with the result it would get at once (a decoder's head at
+        once, with AdaQuant's Adam moments, held 3.6 GB). The C heap's freed memory goes
+        back after each part (a part's temporaries left it fragmented: 500 MB more)."""
+        rows = self.weights.shape[1]
+        for r0 in range(0, rows, ROWS_AT_ONCE):
+            yield Rows(self, r0, min(rows, r0 + ROWS_AT_ONCE))
+            give_back_if_grown()
+
     # ---- the grid ----
-    def grid_values(self, r0: int = 0, r1: Optional[int] = None) -> tuple:
+    def grid_values(self, r0: int = 0, r1: Optional[int] = None, grid=None) -> tuple:
         """The grid's (scale, zero point) beside weight rows [r0, r1) of every group:
         numbers, [groups, rows, 1] per channel, [groups, rows, K] per block. Made when asked
-        for: per block they are a value per weight (kept, a decoder's head held 226 MB)."""
-        return tuple(_grouped(self.node, self.grid, v, self.weights, r0, r1) for v in (self.grid.scale, self.grid.zp))
-
-    def units(self, w: torch.Tensor) -> torch.Tensor:
-        """Weights in steps of the grid: w * scale - zp (integers on the grid)."""
-        scale, zp = self.grid_values()
-        return w * scale - zp
-
-    def dequantize(self, q: torch.Tensor) -> torch.Tensor:
-        scale, zp = self.grid_values()
-        return (q + zp) / scale
+        for: per block they are a value per weight (kept, a decoder's head held 226 MB).
+        `grid`: another grid of the layer's in place of its own (choose_range's candidates)."""
+        grid = self.grid if grid is None else grid
+        return tuple(_grouped(self.node, grid, v, self.weights, r0, r1) for v in (grid.scale, grid.zp))
 
     @property
     def qmin(self) -> int:
@@ -122,19 +121,22 @@ class Problem:
     def choose_range(self, per_block: bool = False) -> None:
         """Shrink the grid's calibrated range by the share of CLIP_RATIOS whose nearest
         rounding gives the least output error: per channel (per-block weights: for all its
-        blocks, or each block's with `per_block`: block_errors), per group where per-tensor
+        blocks, or each block's with `per_block`: Rows.block_errors), per group where per-tensor
         settings give each group a grid, else for the whole tensor; planned and used."""
         node, groups = self.node, _grid_groups(self.node)
         lo, hi = QT.weight_range(node, "weights", 0, groups)
         block = self.grid.block if per_block and not _rows_serve_every_group(node) else None
-        gradient = self.gradient(self.weights) if block else None
+        grids = [QT.weight_grid(node, "weights", 0, groups, (lo * r, hi * r)) for r in CLIP_RATIOS.tolist()]
         errors = []
-        for r in CLIP_RATIOS.tolist():
-            grid = QT.weight_grid(node, "weights", 0, groups, (lo * r, hi * r))
-            scale, zp = (_grouped(node, grid, v, self.weights) for v in (grid.scale, grid.zp))
-            w = (self.to_grid(self.weights * scale - zp) + zp) / scale
-            errors.append(self.block_errors(w, block, gradient) if block else self.row_errors(w))
-        errors = torch.stack(errors, dim=-1)            # [groups, rows, (blocks,) ratios]
+        for part in self.parts():
+            gradient = part.gradient(part.weights) if block else None
+            per_ratio = []
+            for grid in grids:
+                scale, zp = self.grid_values(part.r0, part.r1, grid)
+                w = (self.to_grid(part.weights * scale - zp) + zp) / scale
+                per_ratio.append(part.block_errors(w, block, gradient) if block else part.row_errors(w))
+            errors.append(torch.stack(per_ratio, dim=-1))
+        errors = torch.cat(errors, dim=1)               # [groups, rows, (blocks,) ratios]
         if _rows_serve_every_group(node):               # a row's range serves each group's matrix
             errors = errors.sum(dim=0, keepdim=True)
         method = settings_of(node).quantize_method_for_weight
@@ -148,38 +150,7 @@ class Problem:
         QT.plan_weight_range(node, "weights", lo * best, hi * best)
         self.grid = QT.weight_grid(node, "weights", 0, groups)
 
-    def block_errors(self, w: torch.Tensor, block: int, gradient: torch.Tensor) -> torch.Tensor:
-        """The output error's rise from the float weights W to w per block along K [groups,
-        rows, blocks], each block moved alone: with d = w - W, d_b H_bb d_b^T + d_b . gradient_b
-        (at W) + damp ||d_b||^2 (the cross terms d_b H_bc d_c left out)."""
-        d = w - self.weights
-        k = d.shape[-1]
-        quad = []
-        for j1 in range(0, k, block):
-            part = d[..., j1:j1 + block]
-            if self.low_rank is not None:
-                quad.append((part @ self.low_rank[:, j1:j1 + block]).pow(2).sum(-1))
-            else:
-                quad.append(((part @ self.H[:, j1:j1 + block, j1:j1 + block]) * part).sum(-1))
-        linear = d * gradient + self.damp * d * d
-        sums = torch.nn.functional.pad(linear, (0, -k % block)).reshape(*d.shape[:-1], -1, block).sum(-1)
-        return torch.stack(quad, dim=-1) + sums
-
-    def row_errors(self, w: torch.Tensor) -> torch.Tensor:
-        """The output error of weights w per row [groups, rows] (+ a constant per row)."""
-        return ((w * self._times_h(w)).sum(-1) - 2 * (w * self.cross()).sum(-1)
-                + (self.damp * (w - self.weights) ** 2).sum(-1))
-
-    # ---- the error ----
-    def error(self, w: torch.Tensor) -> torch.Tensor:
-        """The output error of weights w (+ a constant)."""
-        return (w * self._times_h(w)).sum() - 2 * (w * self.cross()).sum() + (self.damp * (w - self.weights) ** 2).sum()
-
-    def gradient(self, w: torch.Tensor) -> torch.Tensor:
-        """The error's gradient at w: one product with H, so learning takes one per step."""
-        return 2 * (self._times_h(w) - self.cross() + self.damp * (w - self.weights))
-
-    def _times_h(self, w: torch.Tensor) -> torch.Tensor:
+    def times_h(self, w: torch.Tensor) -> torch.Tensor:
         if self.low_rank is not None:
             return (w @ self.low_rank) @ self.low_rank.transpose(1, 2)
         return w @ self.H
@@ -191,16 +162,13 @@ class Problem:
     # ---- the result ----
     def plan_with_best_biases(self, q: torch.Tensor) -> None:
         """Use integers q and, with free_bias, the biases that fit them best (their weights
-        made ROWS_AT_ONCE rows at a time: a decoder's head's per-block grid values and
-        weights at once were 450 MB)."""
+        made part by part: a decoder's head's per-block grid values and weights at once
+        were 450 MB)."""
         if self.mean_q is None:
             return self.plan(q)
         biases = torch.empty_like(self.mean_out)
-        rows = q.shape[1]
-        for r0 in range(0, rows, ROWS_AT_ONCE):
-            r1 = min(rows, r0 + ROWS_AT_ONCE)
-            scale, zp = self.grid_values(r0, r1)
-            biases[:, r0:r1] = self.best_biases((q[:, r0:r1] + zp) / scale, r0)
+        for part in self.parts():
+            biases[:, part.r0:part.r1] = self.best_biases(part.dequantize(q[:, part.r0:part.r1]), part.r0)
         self.plan(q, biases)
 
     def plan(self, q: torch.Tensor, biases: torch.Tensor = None) -> None:
@@ -210,6 +178,60 @@ class Problem:
         QT.plan_weight_integers(self.node, "weights", from_matrices(self.node, q.detach(), c.betensor.shape))
         b = self.node.constants.get("biases")
         plan_biases(self.node, None if biases is None or b is None else biases.reshape(b.betensor.shape))
+
+
+class Rows:
+    """Weight rows [r0, r1) of a Problem: its weights, and its cross term and grid values
+    made once when first asked for; the error's terms over those rows (rows are
+    independent in it)."""
+
+    def __init__(self, problem: Problem, r0: int, r1: int):
+        self.problem, self.r0, self.r1 = problem, r0, r1
+        self.weights = problem.weights[:, r0:r1]
+
+    @cached_property
+    def cross(self) -> torch.Tensor:
+        return self.problem.cross(self.r0, self.r1)
+
+    @cached_property
+    def grid_values(self) -> tuple:
+        """(scale, zero point) beside these rows: Problem.grid_values."""
+        return self.problem.grid_values(self.r0, self.r1)
+
+    def units(self, w: torch.Tensor) -> torch.Tensor:
+        """Weights in steps of the grid: w * scale - zp (integers on the grid)."""
+        scale, zp = self.grid_values
+        return w * scale - zp
+
+    def dequantize(self, q: torch.Tensor) -> torch.Tensor:
+        scale, zp = self.grid_values
+        return (q + zp) / scale
+
+    def gradient(self, w: torch.Tensor) -> torch.Tensor:
+        """The error's gradient at w: one product with H, so learning takes one per step."""
+        return 2 * (self.problem.times_h(w) - self.cross + self.problem.damp * (w - self.weights))
+
+    def row_errors(self, w: torch.Tensor) -> torch.Tensor:
+        """The output error of weights w per row [groups, rows] (+ a constant per row)."""
+        return ((w * self.problem.times_h(w)).sum(-1) - 2 * (w * self.cross).sum(-1)
+                + (self.problem.damp * (w - self.weights) ** 2).sum(-1))
+
+    def block_errors(self, w: torch.Tensor, block: int, gradient: torch.Tensor) -> torch.Tensor:
+        """The output error's rise from the float weights W to w per block along K [groups,
+        rows, blocks], each block moved alone: with d = w - W, d_b H_bb d_b^T + d_b . gradient_b
+        (at W) + damp ||d_b||^2 (the cross terms d_b H_bc d_c left out)."""
+        problem, d = self.problem, w - self.weights
+        k = d.shape[-1]
+        quad = []
+        for j1 in range(0, k, block):
+            part = d[..., j1:j1 + block]
+            if problem.low_rank is not None:
+                quad.append((part @ problem.low_rank[:, j1:j1 + block]).pow(2).sum(-1))
+            else:
+                quad.append(((part @ problem.H[:, j1:j1 + block, j1:j1 + block]) * part).sum(-1))
+        linear = d * gradient + problem.damp * d * d
+        sums = torch.nn.functional.pad(linear, (0, -k % block)).reshape(*d.shape[:-1], -1, block).sum(-1)
+        return torch.stack(quad, dim=-1) + sums
 
 
 def _power(h: Optional[torch.Tensor], low_rank: Optional[torch.Tensor]) -> torch.Tensor:

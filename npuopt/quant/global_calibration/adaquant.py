@@ -34,17 +34,28 @@ DAMP = 0.01  # pull toward the float weights, relative to the mean input power
 
 
 def learn_weights(problem, steps: int, lr: float) -> torch.Tensor:
-    """The integers [groups, rows, K] AdaQuant chooses for one layer."""
-    u = problem.units(problem.weights).requires_grad_(True)
+    """The integers [groups, rows, K] AdaQuant chooses for one layer, its rows a part at a
+    time (Adam is elementwise and rows are independent in the error: the same integers)."""
+    q = torch.empty_like(problem.weights)
+    for part in problem.parts():
+        q[:, part.r0:part.r1] = _learn_part(part, steps, lr, problem.qmin, problem.qmax)
+    return q
+
+
+def _learn_part(part, steps: int, lr: float, qmin: int, qmax: int) -> torch.Tensor:
+    """Adam on the weights in grid steps u, the error's gradient taken at their rounding and
+    passed straight through it, zero where the rounding is at or past the grid's ends (as
+    torch's clamp passes none at its bounds: the integers autograd gave, checked equal);
+    written out, not by autograd, whose graphs left a decoder's head a few hundred MB more."""
+    u = part.units(part.weights)
+    scale = part.grid_values[0]
     optimizer = torch.optim.Adam([u], lr=lr)
     for _ in range(steps):
-        q = (u + (torch.round(u) - u).detach()).clamp(problem.qmin, problem.qmax)
-        w = problem.dequantize(q)
-        loss = (w * problem.gradient(w.detach())).sum()  # its gradient is the error's
-        optimizer.zero_grad()
-        loss.backward()
+        q = torch.round(u)
+        inside = (q > qmin) & (q < qmax)
+        u.grad = part.gradient(part.dequantize(q.clamp_(qmin, qmax))).div_(scale).mul_(inside)
         optimizer.step()
-    return torch.round(u.detach()).clamp(problem.qmin, problem.qmax)
+    return torch.round(u).clamp_(qmin, qmax)
 
 
 @global_calibration("adaquant_zy", "after_calibration", edits_float=False, data_parallel=True)
@@ -54,5 +65,5 @@ def adaquant_zy(ctx, params):
     data = LayerData(ctx, p["batches"])
     steps = data.steps(p["epochs"], p["batch_size"])
     for problem in data.problems("adaquant_zy", free_bias=True, damp=DAMP, choose_range=True):
-        q = learn_weights(problem, steps, p["lr_weight"])
-        problem.plan_with_best_biases(q)
+        problem.plan_with_best_biases(learn_weights(problem, steps, p["lr_weight"]))
+        del problem  # its weights, before the plan is made real (a decoder's head's: 113 MB)

@@ -52,8 +52,18 @@ def rectified_sigmoid(v: torch.Tensor) -> torch.Tensor:
 
 def learn_rounding(problem, steps: int, lr: float, reg_param: float, beta_start: float, beta_end: float,
                    warm_start: float) -> torch.Tensor:
-    """The integers [groups, rows, K] AdaRound chooses for one layer."""
-    u = problem.units(problem.weights)
+    """The integers [groups, rows, K] AdaRound chooses for one layer, its rows a part at a
+    time (Adam and the regularizer are elementwise, rows independent in the error)."""
+    q = torch.empty_like(problem.weights)
+    for part in problem.parts():
+        q[:, part.r0:part.r1] = _learn_part(part, problem.qmin, problem.qmax, steps, lr, reg_param, beta_start,
+                                            beta_end, warm_start)
+    return q
+
+
+def _learn_part(part, qmin: int, qmax: int, steps: int, lr: float, reg_param: float, beta_start: float,
+                beta_end: float, warm_start: float) -> torch.Tensor:
+    u = part.units(part.weights)
     low = torch.floor(u)
     rest = (u - low).clamp(0, 1)
     v = (-torch.log((ZETA - GAMMA) / (rest - GAMMA) - 1)).requires_grad_(True)
@@ -61,8 +71,8 @@ def learn_rounding(problem, steps: int, lr: float, reg_param: float, beta_start:
     warm = int(warm_start * steps)
     for step in range(steps):
         h = rectified_sigmoid(v)
-        w = problem.dequantize((low + h).clamp(problem.qmin, problem.qmax))
-        loss = (w * problem.gradient(w.detach())).sum()  # its gradient is the error's
+        w = part.dequantize((low + h).clamp(qmin, qmax))
+        loss = (w * part.gradient(w.detach())).sum()  # its gradient is the error's
         if step >= warm:
             ratio = (step - warm) / max(steps - warm, 1)
             beta = beta_end + 0.5 * (beta_start - beta_end) * (1 + math.cos(ratio * math.pi))
@@ -70,7 +80,7 @@ def learn_rounding(problem, steps: int, lr: float, reg_param: float, beta_start:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return (low + (v.detach() >= 0)).clamp(problem.qmin, problem.qmax)
+    return (low + (v.detach() >= 0)).clamp(qmin, qmax)
 
 
 @global_calibration("adaround", "after_calibration", edits_float=False, data_parallel=True)
@@ -80,5 +90,6 @@ def adaround(ctx, params):
     data = LayerData(ctx, p["batches"])
     steps = data.steps(p["epochs"], p["batch_size"])
     for problem in data.problems("adaround", free_bias=True, damp=DAMP, choose_range=True):
-        q = learn_rounding(problem, steps, p["lr"], p["reg_param"], p["beta_start"], p["beta_end"], p["warm_start"])
-        problem.plan_with_best_biases(q)
+        problem.plan_with_best_biases(learn_rounding(problem, steps, p["lr"], p["reg_param"], p["beta_start"],
+                                                     p["beta_end"], p["warm_start"]))
+        del problem  # its weights, before the plan is made real (a decoder's head's: 113 MB)

@@ -19,7 +19,7 @@ Issue 23: GPTQ took 131 s of that run's 134 s on one thread, and about 5 s now."
 import torch
 
 from . import global_calibration, one_thread
-from ._layers import ROWS_AT_ONCE, LayerData  # rows rounded together (a decoder head whole: 1.4 GB)
+from ._layers import LayerData
 from ._params import read_params
 
 PARAMS = [  # name, default, minimum, integer
@@ -46,7 +46,7 @@ def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
     batch), then go one by one within the block. Float64 throughout: the integers
     follow the factor's last bits (a float32 factor changed 10 to 20% of them on
     resnet18, at the same error)."""
-    g, rows, k = problem.weights.shape
+    g, _, k = problem.weights.shape
     order = torch.argsort(problem.input_power(), dim=1, descending=True, stable=True) if act_order else \
         torch.arange(k, device=problem.weights.device).expand(g, k)
     back = order.flip(1)  # L's column j is GPTQ's column k - 1 - j
@@ -54,22 +54,21 @@ def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
     factor = _LowRank(problem, back, blocks) if problem.low_rank is not None else _Dense(problem, back)
     unorder = torch.argsort(back, dim=1)
     q = torch.empty_like(problem.weights)
-    for r0 in range(0, rows, ROWS_AT_ONCE):  # rows are rounded independently: a few at a time
-        r1 = min(rows, r0 + ROWS_AT_ONCE)
-        q[:, r0:r1] = _round_rows(problem, factor, back, blocks, r0, r1).gather(
-            2, unorder.unsqueeze(1).expand(g, r1 - r0, k))
+    for part in problem.parts():  # rows are rounded independently: a few at a time
+        q[:, part.r0:part.r1] = _round_rows(problem, part, factor, back, blocks).gather(
+            2, unorder.unsqueeze(1).expand(g, part.r1 - part.r0, k))
     return q
 
 
-def _round_rows(problem, factor, back, blocks, r0: int, r1: int) -> torch.Tensor:
-    """round_columns on weight rows [r0, r1), in L's column order."""
+def _round_rows(problem, part, factor, back, blocks) -> torch.Tensor:
+    """round_columns on one part of the weight rows (Problem.parts), in L's column order."""
     g, k = back.shape
-    columns = back.unsqueeze(1).expand(g, r1 - r0, k)
-    b = (problem.cross(r0, r1) + problem.damp * problem.weights[:, r0:r1]).gather(2, columns).double()
+    columns = back.unsqueeze(1).expand(g, part.r1 - part.r0, k)
+    b = (part.cross + problem.damp * part.weights).gather(2, columns).double()
     # in steps of the grid (times scale, before the zero point), column j's value before
     # rounding is (a_j - sum_{i>j} y_i L_ij) / L_jj, and y = Q + zp once rounded; a grid
     # with a scale per column (per block) works in the weights' own units instead
-    scale, zp = problem.grid_values(r0, r1)
+    scale, zp = part.grid_values
     per_column = isinstance(scale, torch.Tensor) and scale.shape[-1] > 1
     if per_column:
         scale, zp = (v.gather(2, columns).double() for v in (scale, zp))
