@@ -42,7 +42,7 @@ SETTINGS = {f"{m}+{v}": METHODS[m] + VARIANTS[v] for m in METHODS for v in VARIA
 DEFAULT_SETTINGS = list(SETTINGS)
 # the methods that read decisions from the plan, beyond adaround: by --settings only
 SETTINGS.update({f"defaults+{name}": [f"global_calibration={name}"]
-                 for name in ("easy_quant", "svd_quant", "svd_quant[3]", "mvn_correction", "gptq_zy")})
+                 for name in ("easy_quant", "svd_quant", "svd_quant[3]", "mvn_correction", "gptq_zy", "adaquant_zy")})
 CALIBRATION_INPUTS = 8
 
 
