@@ -183,6 +183,33 @@ def test_the_methods_round_a_few_rows_at_a_time_as_all_at_once(monkeypatch, grid
 
 
 
+def test_adaquant_s_written_out_step_gives_autograd_s_integers():
+    """AdaQuant's step (adaquant._learn_part) is the straight-through estimator written out:
+    the integers of the same Adam on u with autograd through u + (round(u) - u).detach(),
+    clamped to the grid (torch's clamp passes no gradient at its bounds), where weights
+    sit at the grid's ends and learning moves many off nearest rounding."""
+    gen = torch.Generator().manual_seed(8)
+    rows, k, patches = 12, 48, 200
+    x = torch.randn(1, patches, k, generator=gen) @ (torch.eye(k) + 0.3 * torch.randn(k, k, generator=gen))
+    h = x.transpose(1, 2) @ x / patches
+    w = torch.randn(1, rows, k, generator=gen) * 0.1
+    c = w @ h + 0.01 * torch.randn(1, rows, k, generator=gen)
+    scale = 7 / w.abs().amax(-1).reshape(-1)                      # each row's largest weight on an end
+    grid = WeightGrid(scale, torch.zeros_like(scale), -7, 7, 4, 0, (rows, k))
+    problem = _layers.Problem(FC, w, h, None, c, torch.full((1, 1, 1), 0.01), grid, None, None)
+    part, = problem.parts()
+    u = part.units(w).requires_grad_(True)
+    optimizer = torch.optim.Adam([u], lr=0.01)
+    for _ in range(60):
+        wq = part.dequantize((u + (torch.round(u) - u).detach()).clamp(-7, 7))
+        optimizer.zero_grad()
+        (wq * part.gradient(wq.detach())).sum().backward()
+        optimizer.step()
+    want = torch.round(u.detach()).clamp(-7, 7)
+    got = adaquant.learn_weights(problem, 60, 0.01)
+    assert torch.equal(got, want), int((got != want).sum())
+    assert int((got != torch.round(w * scale.reshape(1, -1, 1))).sum()) > rows * k // 20
+
 def test_the_best_biases_are_made_a_few_rows_at_a_time_as_all_at_once(monkeypatch):
     """plan_with_best_biases dequantizes ROWS_AT_ONCE rows at a time (a decoder's head's
     per-block grid values at once were 450 MB): the biases are mean_out - W~ mean_q of the
