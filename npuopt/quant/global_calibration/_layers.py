@@ -91,7 +91,7 @@ class Problem:
         """The layer's rows ROWS_AT_ONCE at a time: the error is a sum over rows, so a method
         takes them part by part with the result it would get at once (a decoder's head at
         once, with AdaQuant's Adam moments, held 3.6 GB). The C heap's freed memory goes
-        back after each part (a part's temporaries left it fragmented: 500 MB more)."""
+        back after each part (the head's learning had left up to 500 MB more resident)."""
         rows = self.weights.shape[1]
         for r0 in range(0, rows, ROWS_AT_ONCE):
             yield Rows(self, r0, min(rows, r0 + ROWS_AT_ONCE))
