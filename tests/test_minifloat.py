@@ -312,7 +312,7 @@ def test_gptq_rounds_onto_a_minifloat_grid_with_less_error_than_nearest(name):
     """GPTQ's column-by-column rounding with a minifloat grid's rounding (WeightGrid.to_grid):
     its values are the format's, and the output error is below nearest rounding's (about
     half, on correlated inputs)."""
-    from npuopt.quant.global_calibration._layers import Rows
+    from npuopt.quant.global_calibration._layers import Problem as RealProblem, Rows
     from npuopt.quant.global_calibration.gptq import round_columns
     from npuopt.quant.tensors import WeightGrid
     torch.manual_seed(0)
@@ -338,6 +338,8 @@ def test_gptq_rounds_onto_a_minifloat_grid_with_less_error_than_nearest(name):
         @classmethod
         def parts(cls):
             yield Rows(cls, 0, rows)
+
+        integers_by_parts = classmethod(RealProblem.integers_by_parts)
 
     Problem.grid_values, Problem.to_grid = staticmethod(lambda r0, r1: (scale, 0)), staticmethod(grid.to_grid)
     q = round_columns(Problem, act_order=True, block=16)

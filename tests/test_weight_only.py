@@ -254,6 +254,10 @@ class _Problem:
         from npuopt.quant.global_calibration._layers import Rows
         yield Rows(self, 0, self.weights.shape[1])
 
+    def integers_by_parts(self, choose):
+        from npuopt.quant.global_calibration._layers import Problem
+        return Problem.integers_by_parts(self, choose)
+
     def to_grid(self, v):
         return v.round().clamp(self.qmin, self.qmax)
 

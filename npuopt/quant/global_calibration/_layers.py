@@ -97,6 +97,13 @@ class Problem:
             yield Rows(self, r0, min(rows, r0 + ROWS_AT_ONCE))
             give_back_if_grown()
 
+    def integers_by_parts(self, choose) -> torch.Tensor:
+        """The integers [groups, rows, K] that `choose(part)` gives each of `parts()`."""
+        q = torch.empty_like(self.weights)
+        for part in self.parts():
+            q[:, part.r0:part.r1] = choose(part)
+        return q
+
     # ---- the grid ----
     def grid_values(self, r0: int = 0, r1: Optional[int] = None, grid=None) -> tuple:
         """The grid's (scale, zero point) beside weight rows [r0, r1) of every group:

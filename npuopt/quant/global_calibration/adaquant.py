@@ -36,10 +36,7 @@ DAMP = 0.01  # pull toward the float weights, relative to the mean input power
 def learn_weights(problem, steps: int, lr: float) -> torch.Tensor:
     """The integers [groups, rows, K] AdaQuant chooses for one layer, its rows a part at a
     time (Adam is elementwise and rows are independent in the error: the same integers)."""
-    q = torch.empty_like(problem.weights)
-    for part in problem.parts():
-        q[:, part.r0:part.r1] = _learn_part(part, steps, lr, problem.qmin, problem.qmax)
-    return q
+    return problem.integers_by_parts(lambda part: _learn_part(part, steps, lr, problem.qmin, problem.qmax))
 
 
 def _learn_part(part, steps: int, lr: float, qmin: int, qmax: int) -> torch.Tensor:

@@ -54,11 +54,8 @@ def learn_rounding(problem, steps: int, lr: float, reg_param: float, beta_start:
                    warm_start: float) -> torch.Tensor:
     """The integers [groups, rows, K] AdaRound chooses for one layer, its rows a part at a
     time (Adam and the regularizer are elementwise, rows independent in the error)."""
-    q = torch.empty_like(problem.weights)
-    for part in problem.parts():
-        q[:, part.r0:part.r1] = _learn_part(part, problem.qmin, problem.qmax, steps, lr, reg_param, beta_start,
-                                            beta_end, warm_start)
-    return q
+    return problem.integers_by_parts(lambda part: _learn_part(part, problem.qmin, problem.qmax, steps, lr, reg_param,
+                                                              beta_start, beta_end, warm_start))
 
 
 def _learn_part(part, qmin: int, qmax: int, steps: int, lr: float, reg_param: float, beta_start: float,

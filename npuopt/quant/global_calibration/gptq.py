@@ -53,11 +53,9 @@ def round_columns(problem, act_order: bool, block: int) -> torch.Tensor:
     blocks = [(j1, min(j1 + block, k)) for j1 in range(0, k, block)]
     factor = _LowRank(problem, back, blocks) if problem.low_rank is not None else _Dense(problem, back)
     unorder = torch.argsort(back, dim=1)
-    q = torch.empty_like(problem.weights)
-    for part in problem.parts():  # rows are rounded independently: a few at a time
-        q[:, part.r0:part.r1] = _round_rows(problem, part, factor, back, blocks).gather(
-            2, unorder.unsqueeze(1).expand(g, part.r1 - part.r0, k))
-    return q
+    return problem.integers_by_parts(  # rows are rounded independently: a few at a time
+        lambda part: _round_rows(problem, part, factor, back, blocks).gather(
+            2, unorder.unsqueeze(1).expand(g, part.r1 - part.r0, k)))
 
 
 def _round_rows(problem, part, factor, back, blocks) -> torch.Tensor:
