@@ -182,7 +182,6 @@ def test_the_methods_round_a_few_rows_at_a_time_as_all_at_once(monkeypatch, grid
             (dense is None, type(cross), int(differ.sum()))
 
 
-
 def test_adaquant_s_written_out_step_gives_autograd_s_integers():
     """AdaQuant's step (adaquant._learn_part) is the straight-through estimator written out:
     the integers of the same Adam on u with autograd through u + (round(u) - u).detach(),
@@ -209,6 +208,7 @@ def test_adaquant_s_written_out_step_gives_autograd_s_integers():
     got = adaquant.learn_weights(problem, 60, 0.01)
     assert torch.equal(got, want), int((got != want).sum())
     assert int((got != torch.round(w * scale.reshape(1, -1, 1))).sum()) > rows * k // 20
+
 
 def test_the_best_biases_are_made_a_few_rows_at_a_time_as_all_at_once(monkeypatch):
     """plan_with_best_biases dequantizes ROWS_AT_ONCE rows at a time (a decoder's head's
